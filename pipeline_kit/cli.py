@@ -1,0 +1,241 @@
+"""The ``python -m pipeline_kit`` command line.
+
+Sub-commands register themselves in :data:`COMMANDS` so later layers (drawing, grading, layouts)
+add theirs without touching the others.  Every bad argument ends in one line on stderr naming
+the argument and what is allowed, with exit status 2 -- never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+from .schedules import SCHEDULES, Schedule, ScheduleConfigError, ScheduleError, ScheduleTextError, build_schedule, validate
+from .sim import CostError, Costs, simulate
+
+EXIT_INVALID = 1  # the input was read but is not a valid schedule
+EXIT_USAGE = 2  # a bad argument
+
+
+class UsageError(Exception):
+    """A bad argument detected after parsing (e.g. a configuration a schedule refuses)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but errors are a single line (no usage dump) with exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 1,1,1.5,1, got {text!r}") from None
+    if not values or any(not v >= 0 or v == float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated non-negative numbers, got {text!r}")
+    return values
+
+
+# -- schedule options shared by `schedule` and `simulate` ---------------------------------------
+def add_schedule_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="schedule family (default 1f1b)")
+    p.add_argument("--pp", type=positive_int, required=True, help="pipeline-parallel size (ranks)")
+    p.add_argument("--microbatches", "-m", type=positive_int, required=True, help="microbatches per step")
+    p.add_argument("--chunks", "-v", type=positive_int, default=None,
+                   help="model chunks per rank (virtual pipeline size), interleaved only; default 2")
+    p.add_argument("--group", type=positive_int, default=None,
+                   help="interleaved only: microbatches per virtual-stage group (Megatron's "
+                        "microbatch_group_size_per_vp_stage), default pp")
+    p.add_argument("--forward-only", action="store_true", help="inference: forwards only")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def schedule_from_args(args: argparse.Namespace) -> Schedule:
+    try:
+        return build_schedule(args.schedule, args.pp, args.microbatches, args.chunks, args.forward_only, args.group)
+    except ScheduleConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    sched = schedule_from_args(args)
+    if args.json:
+        print(sched.to_json())
+    else:
+        print(f"# {sched.name}: pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks} "
+              f"({sched.num_ops} ops; column k is each rank's k-th op, not a time slot)")
+        print(sched.to_grid(), end="")
+    return 0
+
+
+def costs_from_args(args: argparse.Namespace, sched: Schedule) -> Costs:
+    fwd, bwd, wgrad = args.fwd, args.bwd, args.wgrad
+    if args.stage_costs is not None:
+        factors = args.stage_costs
+        pp, v = sched.pp, sched.chunks
+        if len(factors) == pp:
+            scale = 1.0
+        elif v > 1 and len(factors) == pp * v:
+            scale = 1.0 / v  # per virtual stage: each chunk's share of the rank-level cost
+        else:
+            allowed = f"{pp} (one per rank)" + (f" or {pp * v} (one per virtual stage)" if v > 1 else "")
+            raise UsageError(f"argument --stage-costs: got {len(factors)} values, expected {allowed}")
+        fwd = [fwd * scale * f for f in factors]
+        bwd = [bwd * scale * f for f in factors]
+        if wgrad is not None:
+            wgrad = [wgrad * scale * f for f in factors]
+    return Costs(fwd=fwd, bwd=bwd, wgrad=wgrad, p2p_latency=args.p2p_latency, p2p_bytes=args.p2p_bytes,
+                 bandwidth=args.bandwidth, activation_bytes=args.activation_bytes)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    sched = schedule_from_args(args)
+    try:
+        result = simulate(sched, costs_from_args(args, sched))
+    except CostError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(result.to_dict(timeline=not args.no_timeline)))
+        return 0
+    print(f"{sched.name}: pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}  "
+          f"(fwd={args.fwd:g} bwd={args.bwd:g}"
+          + (f" wgrad={args.wgrad:g}" if args.wgrad is not None else "")
+          + (f" stage-costs={','.join(f'{x:g}' for x in args.stage_costs)}" if args.stage_costs else "")
+          + f" p2p-latency={args.p2p_latency:g})")
+    print(f"{'rank':>4}  {'busy':>10}  {'idle':>10}  {'idle %':>7}  {'peak act':>8}")
+    for r in range(sched.pp):
+        idle = result.idle[r]
+        pct = 100 * idle / result.makespan if result.makespan else 0.0
+        print(f"{r:>4}  {result.busy[r]:>10.4g}  {idle:>10.4g}  {pct:>6.1f}%  {result.peak_activations[r]:>8}")
+    print(f"makespan          {result.makespan:.6g}")
+    print(f"ideal time        {result.ideal_time:.6g}   (busiest rank, no bubble)")
+    print(f"bubble fraction   {result.bubble_fraction:.4f}   (idle / (pp x makespan))")
+    print(f"bubble / ideal    {result.bubble_over_ideal:.4f}   (Megatron paper's ratio)")
+    return 0
+
+
+def add_simulate_args(p: argparse.ArgumentParser) -> None:
+    add_schedule_args(p)
+    p.add_argument("--fwd", type=non_negative_float, default=1.0,
+                   help="forward time of one microbatch through one rank's whole share (default 1.0)")
+    p.add_argument("--bwd", type=non_negative_float, default=2.0, help="full backward time, same convention (default 2.0)")
+    p.add_argument("--wgrad", type=non_negative_float, default=None,
+                   help="weight-grad part of bwd for split-backward schedules (zb-h1); default bwd/2")
+    p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
+                   help="relative cost factor per rank (pp values) or per virtual stage (pp*chunks values)")
+    p.add_argument("--p2p-latency", type=non_negative_float, default=0.0, help="time of each P2P transfer (default 0)")
+    p.add_argument("--p2p-bytes", type=non_negative_float, default=0.0, help="bytes per boundary transfer (needs --bandwidth)")
+    p.add_argument("--bandwidth", type=positive_float, default=None, help="P2P bandwidth in bytes per time unit")
+    p.add_argument("--activation-bytes", type=non_negative_float, default=0.0,
+                   help="activation bytes one microbatch keeps live on a rank's share until its backward")
+    p.add_argument("--no-timeline", action="store_true", help="with --json: omit the per-op timeline")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        with open(args.file, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"argument FILE: cannot read {args.file!r}: {exc.strerror}") from None
+    try:
+        sched = Schedule.from_json(text) if text.lstrip().startswith("{") else Schedule.from_text(text)
+    except (ScheduleTextError, ValueError) as exc:
+        raise UsageError(f"{args.file}: {exc}") from None
+    try:
+        validate(sched)
+    except ScheduleError as exc:
+        print(f"invalid: {exc}")
+        return EXIT_INVALID
+    print(f"valid: {sched.name} pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}, {sched.num_ops} ops")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """A tour: PP4/M8 orders, then the four schedules compared on the seeds' PP8/M16 case."""
+    for name in ("gpipe", "1f1b"):
+        sched = build_schedule(name, 4, 8)
+        print(f"== {name}, pp=4, microbatches=8: per-rank op order")
+        print(sched.to_grid())
+    print("== PP8 / M16, fwd=1, bwd=2 (zb-h1: I = W = 1), zero P2P latency")
+    print(f"{'schedule':<16} {'makespan':>9} {'bubble':>8} {'formula':>8} {'peak act (max rank)':>20}")
+    for name, chunks in (("gpipe", None), ("1f1b", None), ("interleaved", 2), ("interleaved", 4), ("zb-h1", None)):
+        sched = build_schedule(name, 8, 16, chunks)
+        res = simulate(sched, fwd=1, bwd=2)
+        v = sched.chunks
+        formula = "-" if name == "zb-h1" else f"{(8 - 1) / (v * 16 + 8 - 1):.4f}"
+        label = name + (f" v={v}" if v > 1 else "")
+        print(f"{label:<16} {res.makespan:>9.4g} {res.bubble_fraction:>8.4f} {formula:>8} "
+              f"{max(res.peak_activations) / v:>20.4g}")
+    print("(formula: (pp-1)/(v*M+pp-1), no formula for zb-h1; peak activations counted in microbatches'\n"
+          " worth of one rank's share of the model, the worst rank shown)")
+    return 0
+
+
+Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+
+COMMANDS: list[Command] = [
+    ("schedule", "print the per-rank op orders of a schedule", add_schedule_args, cmd_schedule),
+    ("simulate", "simulate a schedule: makespan, bubble, per-rank idle and peak activations", add_simulate_args,
+     cmd_simulate),
+    ("validate", "check a schedule written in the text form (or JSON)",
+     lambda p: p.add_argument("file", metavar="FILE", help="schedule file: 'r0: F0 F1 B0 ...' lines, or JSON"),
+     cmd_validate),
+    ("demo", "a short tour of the schedules (the README's main job until the book lands)", lambda p: None, cmd_demo),
+]
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m pipeline_kit",
+                           description="pipeline-kit: pipeline-parallel schedules you can validate, simulate and run.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name, help_text, add_args, func in COMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(p)
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"python -m pipeline_kit {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # e.g. `... | head`
+        return 0

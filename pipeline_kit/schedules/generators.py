@@ -1,0 +1,198 @@
+"""Schedule generators: the per-rank op orders that production pipeline runtimes execute.
+
+The order on each rank *is* the contract.  ``one_f_one_b`` and ``interleaved`` reproduce the
+orders of Megatron-LM's ``forward_backward_pipelining_without_interleaving`` and
+``forward_backward_pipelining_with_interleaving`` (which PyTorch's ``Schedule1F1B`` and
+``ScheduleInterleaved1F1B`` also execute), including the configurations they refuse.  Nothing here
+imports torch: generating a 65,536-op schedule must take milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .ops import Op, Schedule
+
+
+class ScheduleConfigError(ValueError):
+    """A schedule was asked for with arguments a production system would refuse."""
+
+
+def _check_sizes(pp: int, microbatches: int, chunks: int = 1) -> None:
+    for name, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ScheduleConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def gpipe(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
+    """GPipe ("all forward, all backward"): every forward in microbatch order, then every backward.
+
+    Simple, and the bubble is the same as 1F1B's -- but each rank holds all ``M`` microbatches'
+    activations at the turn from forward to backward.
+    """
+    _check_sizes(pp, microbatches)
+    fwd = [Op("F", m) for m in range(microbatches)]
+    bwd = [] if forward_only else [Op("B", m) for m in range(microbatches)]
+    return Schedule(_name("gpipe", forward_only), pp, microbatches, 1, [fwd + bwd for _ in range(pp)])
+
+
+def one_f_one_b(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
+    """Non-interleaved 1F1B, in Megatron-LM's order.
+
+    Rank ``r`` runs ``warmup = min(pp - r - 1, M)`` forwards, then a steady state of one forward
+    followed by one backward, then a cooldown that drains the remaining ``warmup`` backwards.
+    At most ``pp - r`` microbatches are ever in flight on rank ``r``.
+    """
+    _check_sizes(pp, microbatches)
+    ranks = []
+    for r in range(pp):
+        if forward_only:
+            ranks.append([Op("F", m) for m in range(microbatches)])
+            continue
+        warmup = min(pp - r - 1, microbatches)
+        ops = [Op("F", m) for m in range(warmup)]
+        for i in range(microbatches - warmup):  # steady state: 1F then 1B
+            ops.append(Op("F", warmup + i))
+            ops.append(Op("B", i))
+        ops.extend(Op("B", m) for m in range(microbatches - warmup, microbatches))  # cooldown
+        ranks.append(ops)
+    return Schedule(_name("1f1b", forward_only), pp, microbatches, 1, ranks)
+
+
+def interleaved_table(microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
+    """Megatron's schedule table: the ``(microbatch, chunk)`` of every forward, in order.
+
+    Microbatches run in groups of ``group``: chunk 0 for the whole group, then chunk 1, ...; the
+    last group takes every microbatch that is left.  The k-th backward uses the k-th entry with
+    the chunk mirrored (``chunks - 1 - chunk``), so backwards visit chunks in reverse.
+    """
+    table: list[tuple[int, int]] = []
+    for start in range(0, microbatches, group):
+        end = microbatches if start + group >= microbatches else start + group
+        table.extend((m, c) for c in range(chunks) for m in range(start, end))
+    return table
+
+
+def interleaved_warmup(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> int:
+    """Forwards before rank ``rank``'s first backward: ``2 (pp - r - 1) + (v - 1) group``, capped."""
+    return min((pp - rank - 1) * 2 + (chunks - 1) * group, microbatches * chunks)
+
+
+def interleaved(
+    pp: int, microbatches: int, chunks: int = 2, forward_only: bool = False, group: int | None = None
+) -> Schedule:
+    """Interleaved 1F1B (virtual pipeline, Narayanan et al. 2021), in Megatron-LM's order.
+
+    Each rank holds ``chunks = v`` model chunks; chunk ``c`` of rank ``r`` is virtual stage
+    ``c * pp + r``.  ``group`` is Megatron's ``microbatch_group_size_per_vp_stage`` (default
+    ``pp``).  Refused, with Megatron's reasons: ``pp < 2``, ``chunks < 2``, ``group`` outside
+    ``[pp, M]`` (so ``M < pp`` is refused), and a last group smaller than ``pp`` (with the default
+    group: ``M`` not a multiple of ``pp``).
+    """
+    _check_sizes(pp, microbatches, chunks)
+    group = pp if group is None else group
+    if pp < 2:
+        raise ScheduleConfigError(
+            f"interleaved needs pp >= 2, got pp={pp}: with one rank there is nothing to interleave "
+            f"(Megatron requires pipeline-model-parallel size > 1 for a virtual pipeline)"
+        )
+    if chunks < 2:
+        raise ScheduleConfigError(f"interleaved needs chunks (virtual stages per rank) >= 2, got {chunks}; use 1f1b for one chunk")
+    if not isinstance(group, int) or not pp <= group <= microbatches:
+        raise ScheduleConfigError(
+            f"interleaved needs the microbatch group size in [pp={pp}, microbatches={microbatches}], "
+            f"got {group}" + (" (microbatches must be at least pp)" if microbatches < pp else "")
+        )
+    remainder = microbatches % group
+    if 0 < remainder < pp:
+        raise ScheduleConfigError(
+            f"interleaved refuses microbatches={microbatches} with group size {group}: the last group "
+            f"would hold {remainder} < pp={pp} microbatches, which stalls the pipeline (Megatron raises "
+            f"the same error); use a multiple of {group}"
+            + (f" such as {microbatches - remainder}" if microbatches - remainder >= group else "")
+            + f" or {microbatches - remainder + group}"
+        )
+    table = interleaved_table(microbatches, chunks, group)
+    total = len(table)
+    ranks = []
+    for r in range(pp):
+        fwd = [Op("F", m, c) for m, c in table]
+        if forward_only:
+            ranks.append(fwd)
+            continue
+        bwd = [Op("B", m, chunks - 1 - c) for m, c in table]
+        warmup = interleaved_warmup(pp, r, microbatches, chunks, group)
+        ops = fwd[:warmup]
+        for k in range(total - warmup):  # steady state: forward k + warmup, then backward k
+            ops.append(fwd[warmup + k])
+            ops.append(bwd[k])
+        ops.extend(bwd[total - warmup:])
+        ranks.append(ops)
+    return Schedule(_name("interleaved", forward_only), pp, microbatches, chunks, ranks)
+
+
+def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
+    """ZB-H1, the memory-neutral zero-bubble schedule of Qi et al. (2023).
+
+    Backward is split into ``I`` (gradient w.r.t. the stage input -- on the critical path, sent
+    upstream at once) and ``W`` (gradient w.r.t. the weights -- needed only by the optimizer).
+    Rank ``r`` follows the paper's steady-state triple ``(F x, I x-(pp-1-r), W x-(pp-1))``:
+    forwards and input-grads run exactly as in 1F1B, while weight-grads trail by ``r`` slots and
+    fill the holes 1F1B leaves in the cooldown.  No rank ever holds more than ``pp`` microbatches
+    (rank 0's 1F1B peak), so peak activation memory equals 1F1B's, and with F = I = W the bubble
+    is about a third of 1F1B's.
+    """
+    _check_sizes(pp, microbatches)
+    if forward_only:
+        return Schedule(_name("zb-h1", True), pp, microbatches, 1, [[Op("F", m) for m in range(microbatches)] for _ in range(pp)])
+    ranks = []
+    for r in range(pp):
+        ops = []
+        for x in range(microbatches + pp - 1):
+            i_mb, w_mb = x - (pp - 1 - r), x - (pp - 1)
+            if x < microbatches:
+                ops.append(Op("F", x))
+            if 0 <= i_mb < microbatches:
+                ops.append(Op("I", i_mb))
+            if 0 <= w_mb < microbatches:
+                ops.append(Op("W", w_mb))
+        ranks.append(ops)
+    return Schedule("zb-h1", pp, microbatches, 1, ranks)
+
+
+def no_pipelining(microbatches: int, forward_only: bool = False) -> Schedule:
+    """One rank, each microbatch's forward then its backward (Megatron's ``forward_backward_no_pipelining``)."""
+    _check_sizes(1, microbatches)
+    ops: list[Op] = []
+    for m in range(microbatches):
+        ops.append(Op("F", m))
+        if not forward_only:
+            ops.append(Op("B", m))
+    return Schedule(_name("no-pipelining", forward_only), 1, microbatches, 1, [ops])
+
+
+def _name(base: str, forward_only: bool) -> str:
+    return f"{base}-forward-only" if forward_only else base
+
+
+SCHEDULES: dict[str, Callable[..., Schedule]] = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "interleaved": interleaved,
+    "zb-h1": zb_h1,
+}
+
+
+def build_schedule(
+    name: str, pp: int, microbatches: int, chunks: int | None = None, forward_only: bool = False, group: int | None = None
+) -> Schedule:
+    """Build a schedule by its command-line name; ``chunks`` only applies to ``interleaved``."""
+    if name not in SCHEDULES:
+        raise ScheduleConfigError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    if name == "interleaved":
+        return interleaved(pp, microbatches, chunks if chunks is not None else 2, forward_only, group)
+    if chunks not in (None, 1):
+        raise ScheduleConfigError(f"--chunks {chunks} only applies to the interleaved schedule; {name} has one chunk per rank")
+    if group is not None:
+        raise ScheduleConfigError(f"a microbatch group size only applies to the interleaved schedule, not {name}")
+    return SCHEDULES[name](pp, microbatches, forward_only=forward_only)

@@ -1,0 +1,231 @@
+"""The one schedule representation every part of the kit speaks.
+
+A pipeline schedule is nothing more than, for every rank, the ordered list of compute ops it runs.
+Everything else -- when an op can start, which tensors cross the wire, how much memory is live -- is
+*derived* from that order by the validator, the simulator and the runtime.  Keeping the
+representation this small is what lets a timeline a student types by hand be validated, simulated,
+drawn and executed exactly like a generated one.
+
+Text form of an op: ``F3`` (forward of microbatch 3), ``B3`` (full backward), ``I3`` / ``W3``
+(input-gradient / weight-gradient halves of a split backward, as in zero-bubble schedules) and
+``F3c1`` for model chunk 1 of an interleaved schedule.  The chunk is omitted when the schedule has a
+single chunk per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, NamedTuple
+
+KINDS = ("F", "B", "I", "W")
+KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad backward", "W": "weight-grad backward"}
+
+_OP_RE = re.compile(r"^([FBIW])(\d+)(?:c(\d+))?$")
+
+
+class OpParseError(ValueError):
+    """A piece of text is not an op (``F3``, ``B3``, ``I3c1``, ...)."""
+
+
+class Op(NamedTuple):
+    """One unit of compute: ``kind`` of ``microbatch`` on the rank's model ``chunk``.
+
+    A NamedTuple (not a dataclass) because schedules hold tens of thousands of ops and the
+    benchmark wants generation, validation and simulation of 65,536 ops in well under a second.
+    """
+
+    kind: str
+    microbatch: int
+    chunk: int = 0
+
+    def text(self, show_chunk: bool | None = None) -> str:
+        """``F3`` / ``F3c1``; the chunk is shown when ``show_chunk`` or, by default, when non-zero."""
+        if show_chunk is None:
+            show_chunk = self.chunk != 0
+        return f"{self.kind}{self.microbatch}c{self.chunk}" if show_chunk else f"{self.kind}{self.microbatch}"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.text()
+
+    @classmethod
+    def parse(cls, text: str) -> "Op":
+        match = _OP_RE.match(text.strip())
+        if not match:
+            raise OpParseError(
+                f"{text!r} is not an op: expected a kind F, B, I or W, a microbatch number and an "
+                f"optional chunk, e.g. F3, B3, I3c1, W3c1"
+            )
+        kind, mb, chunk = match.groups()
+        return cls(kind, int(mb), int(chunk) if chunk is not None else 0)
+
+
+def virtual_stage(rank: int, chunk: int, pp: int) -> int:
+    """Megatron's interleaved mapping: chunk c of rank r is virtual stage ``c * pp + r``."""
+    return chunk * pp + rank
+
+
+def stage_owner(stage: int, pp: int) -> tuple[int, int]:
+    """Inverse of :func:`virtual_stage`: ``(rank, chunk)`` that holds virtual ``stage``."""
+    return stage % pp, stage // pp
+
+
+@dataclass
+class Schedule:
+    """Per-rank ordered ops: ``ranks[r]`` is what rank ``r`` runs, first to last.
+
+    ``chunks`` is the number of model chunks per rank (the virtual pipeline size ``v``); the
+    pipeline has ``pp * chunks`` virtual stages.
+    """
+
+    name: str
+    pp: int
+    microbatches: int
+    chunks: int = 1
+    ranks: list[list[Op]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for arg in ("pp", "microbatches", "chunks"):
+            value = getattr(self, arg)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Schedule {arg} must be a positive integer, got {value!r}")
+        if not self.ranks:
+            self.ranks = [[] for _ in range(self.pp)]
+        if len(self.ranks) != self.pp:
+            raise ValueError(f"Schedule has pp={self.pp} but {len(self.ranks)} rank lists")
+        self.ranks = [[op if isinstance(op, Op) else Op(*op) for op in ops] for ops in self.ranks]
+
+    # -- derived facts ---------------------------------------------------------------------
+    @property
+    def stages(self) -> int:
+        """Number of virtual stages, ``pp * chunks``."""
+        return self.pp * self.chunks
+
+    @property
+    def num_ops(self) -> int:
+        return sum(len(ops) for ops in self.ranks)
+
+    @property
+    def forward_only(self) -> bool:
+        """True when no rank runs a backward op (an inference schedule)."""
+        return all(op.kind == "F" for ops in self.ranks for op in ops)
+
+    @property
+    def splits_backward(self) -> bool:
+        """True when backward is split into input-grad (I) and weight-grad (W) ops."""
+        return any(op.kind in "IW" for ops in self.ranks for op in ops)
+
+    def stage_of(self, rank: int, op: Op) -> int:
+        return virtual_stage(rank, op.chunk, self.pp)
+
+    def op_text(self, op: Op) -> str:
+        """An op as this schedule prints it: the chunk is shown only when ``chunks > 1``."""
+        return op.text(show_chunk=self.chunks > 1)
+
+    # -- text form -------------------------------------------------------------------------
+    def to_text(self) -> str:
+        """A header line and one ``rK: op op ...`` line per rank; :meth:`from_text` reads it back."""
+        lines = [f"# schedule={self.name} pp={self.pp} microbatches={self.microbatches} chunks={self.chunks}"]
+        for r, ops in enumerate(self.ranks):
+            lines.append(f"r{r}: " + " ".join(self.op_text(op) for op in ops))
+        return "\n".join(lines) + "\n"
+
+    def to_grid(self) -> str:
+        """The per-rank orders as an aligned text grid (column k = the k-th op of each rank)."""
+        cells = [[self.op_text(op) for op in ops] for ops in self.ranks]
+        width = max((len(c) for row in cells for c in row), default=1)
+        label = len(f"r{self.pp - 1}")
+        lines = []
+        for r, row in enumerate(cells):
+            lines.append(f"r{r}:".ljust(label + 2) + " ".join(c.ljust(width) for c in row).rstrip())
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_text(cls, text: str, name: str | None = None) -> "Schedule":
+        """Parse the text form.
+
+        Lines are ``rK: op op ...`` (``.`` marks an idle slot and is skipped, so a hand-drawn
+        timeline grid is also a schedule).  An optional header ``# schedule=NAME pp=P
+        microbatches=M chunks=V`` fixes the sizes; without it they are inferred (pp from the rank
+        rows, microbatches and chunks from the largest numbers used).  Other ``#`` lines and
+        blank lines are ignored.  Errors name the line and the offending token.
+        """
+        header: dict[str, str] = {}
+        rows: dict[int, list[Op]] = {}
+        for lineno, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith("#"):
+                fields = dict(re.findall(r"(\w+)=(\S+)", line))
+                if "pp" in fields or "schedule" in fields:
+                    header.update(fields)
+                continue
+            match = re.match(r"^(?:r|rank\s*)(\d+)\s*:(.*)$", line)
+            if not match:
+                raise ScheduleTextError(
+                    f"line {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 B0'), got {raw.strip()!r}"
+                )
+            rank = int(match.group(1))
+            if rank in rows:
+                raise ScheduleTextError(f"line {lineno}: rank r{rank} is listed twice")
+            ops = []
+            for col, token in enumerate(match.group(2).split(), start=1):
+                if token == ".":
+                    continue
+                try:
+                    ops.append(Op.parse(token))
+                except OpParseError as exc:
+                    raise ScheduleTextError(f"line {lineno}, item {col}: {exc}") from None
+            rows[rank] = ops
+        if not rows:
+            raise ScheduleTextError("no rank lines found: expected lines like 'r0: F0 F1 B0 B1'")
+        pp = max(rows) + 1
+        missing = [r for r in range(pp) if r not in rows]
+        if missing:
+            raise ScheduleTextError(f"ranks {missing} have no line; ranks must be r0..r{pp - 1}")
+        all_ops = [op for ops in rows.values() for op in ops]
+        try:
+            declared_pp = int(header.get("pp", pp))
+            microbatches = int(header.get("microbatches", max((op.microbatch for op in all_ops), default=0) + 1))
+            chunks = int(header.get("chunks", max((op.chunk for op in all_ops), default=0) + 1))
+        except ValueError as exc:
+            raise ScheduleTextError(f"header: {exc}") from None
+        if declared_pp != pp:
+            raise ScheduleTextError(f"header says pp={declared_pp} but there are {pp} rank lines")
+        return cls(name or header.get("schedule", "custom"), pp, microbatches, chunks, [rows[r] for r in range(pp)])
+
+    # -- JSON ------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "schedule": self.name,
+            "pp": self.pp,
+            "microbatches": self.microbatches,
+            "chunks": self.chunks,
+            "ranks": [[self.op_text(op) for op in ops] for ops in self.ranks],
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Schedule":
+        missing = [k for k in ("pp", "microbatches", "ranks") if k not in data]
+        if missing:
+            raise ScheduleTextError(f"schedule JSON lacks {missing}; expected keys schedule, pp, microbatches, chunks, ranks")
+        ranks = [[Op.parse(t) for t in ops] for ops in data["ranks"]]
+        return cls(data.get("schedule", "custom"), int(data["pp"]), int(data["microbatches"]), int(data.get("chunks", 1)), ranks)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Schedule":
+        return cls.from_dict(json.loads(text))
+
+
+class ScheduleTextError(ValueError):
+    """The text or JSON form of a schedule cannot be read (not a validity problem)."""
+
+
+def ops_from_strings(tokens: Iterable[str]) -> list[Op]:
+    """``["F0", "B0"]`` -> ``[Op('F', 0), Op('B', 0)]``; a convenience for tests and notebooks."""
+    return [Op.parse(t) for t in tokens]

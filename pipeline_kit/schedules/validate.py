@@ -1,0 +1,252 @@
+"""Is this schedule executable?  The validator answers, and says exactly why not.
+
+A schedule is valid when every op appears exactly once and each rank, running its own list in
+order with asynchronous sends, never waits forever.  The dependencies are the data flow of
+backpropagation through a pipeline of virtual stages ``0 .. S-1``:
+
+* ``F(m, s)`` needs ``F(m, s-1)`` (the activation from the previous stage);
+* ``B(m, s)`` / ``I(m, s)`` need ``F(m, s)`` (saved activations) and the input gradient of
+  ``(m, s+1)`` (from ``B`` or ``I`` there); the last stage computes the loss itself;
+* ``W(m, s)`` needs ``I(m, s)``.
+
+:func:`dataflow` walks the ranks in an order that respects all of these.  The simulator drives the
+same walk to compute times, so "valid" and "simulatable" can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterator
+
+from .ops import Op, Schedule
+
+# A dependency key is an int naming one fact produced by one op, for microbatch m on stage s:
+#   F key  (0 * S + s) * M + m   the forward of (m, s) is done (output sent, tensors saved)
+#   G key  (1 * S + s) * M + m   the gradient w.r.t. stage s's input exists (from B or I)
+#   I key  (2 * S + s) * M + m   the input-grad half is done (what W waits for)
+# Ints index flat lists, which keeps the walk over 65,536 ops well under a second.
+F_KEY, G_KEY, I_KEY = 0, 1, 2
+_KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3}
+
+_WHY = {
+    "F": "a forward needs the activation of the previous stage",
+    "G": "a backward needs the gradient from the next stage",
+    "own": "a backward needs its own forward's saved activations",
+    "I": "a weight-grad (W) needs its input-grad (I) first",
+}
+
+
+class ScheduleError(ValueError):
+    """A schedule is not executable.  ``str(err)`` is a full sentence naming rank, op and dependency.
+
+    Attributes let graders give targeted feedback: ``kind`` is one of ``"bad-op"``, ``"duplicate"``,
+    ``"missing"``, ``"order"`` (a rank runs an op before one of its own ops it needs) or
+    ``"deadlock"`` (ranks wait on each other in a circle); ``rank`` and ``op`` locate the first
+    problem, ``waits_for`` is the op it cannot proceed without, and ``blocked`` maps every stuck
+    rank to ``(op, op it waits for)``.
+    """
+
+    def __init__(self, message: str, *, kind: str, rank: int | None = None, op: Op | None = None,
+                 waits_for: Op | None = None, blocked: dict[int, tuple[Op, Op]] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.rank = rank
+        self.op = op
+        self.waits_for = waits_for
+        self.blocked = blocked or {}
+
+
+def decode_key(key: int, stages: int, microbatches: int) -> tuple[int, int, int]:
+    """``key -> (key kind F_KEY/G_KEY/I_KEY, microbatch, stage)``."""
+    kind_stage, m = divmod(key, microbatches)
+    kind, stage = divmod(kind_stage, stages)
+    return kind, m, stage
+
+
+def check_ops(schedule: Schedule) -> None:
+    """Every op names a real microbatch and chunk, and every (kind, microbatch, stage) appears once."""
+    pp, mbs, chunks, stages = schedule.pp, schedule.microbatches, schedule.chunks, schedule.stages
+    sm = stages * mbs
+    counts = bytearray(4 * sm)
+    code = _KIND_CODE
+    for r, ops in enumerate(schedule.ranks):
+        for i, op in enumerate(ops):
+            kind, m, c = op
+            k = code.get(kind)
+            if k is None or type(m) is not int or type(c) is not int or not (0 <= m < mbs and 0 <= c < chunks):
+                _bad_op(schedule, r, i, op)
+            key = k * sm + (c * pp + r) * mbs + m
+            if counts[key]:
+                first = next(j for j, other in enumerate(ops) if other == op)
+                raise ScheduleError(f"rank {r}: {schedule.op_text(op)} appears twice (op {first + 1} and op {i + 1}); "
+                                    f"each op must run exactly once", kind="duplicate", rank=r, op=op)
+            counts[key] = 1
+    f, b, i_, w = (counts[k * sm:(k + 1) * sm] for k in range(4))
+    if f.count(0) == 0:
+        if b.count(1) == 0 and i_.count(1) == 0 and w.count(1) == 0:
+            return  # forward-only: nothing else to find
+        if b.count(0) == 0 and i_.count(1) == 0 and w.count(1) == 0:
+            return  # every backward is a full B
+        if b.count(1) == 0 and i_.count(0) == 0 and w.count(0) == 0:
+            return  # every backward is split into I + W
+    _first_missing(schedule, counts, sm)
+
+
+def _bad_op(schedule: Schedule, r: int, i: int, op: Op):
+    kind, m, c = op
+    if kind not in _KIND_CODE:
+        raise ScheduleError(f"rank {r}, op {i + 1}: unknown kind {kind!r}; kinds are F, B, I, W",
+                            kind="bad-op", rank=r, op=op)
+    if not (isinstance(m, int) and 0 <= m < schedule.microbatches):
+        raise ScheduleError(f"rank {r}, op {i + 1} ({schedule.op_text(op)}): microbatch {m} is out of range; this "
+                            f"schedule has microbatches 0..{schedule.microbatches - 1}", kind="bad-op", rank=r, op=op)
+    raise ScheduleError(f"rank {r}, op {i + 1} ({op.text(True)}): chunk {c} is out of range; this schedule has "
+                        f"chunks 0..{schedule.chunks - 1}", kind="bad-op", rank=r, op=op)
+
+
+def _first_missing(schedule: Schedule, counts: bytearray, sm: int) -> None:
+    """Slow path for a broken schedule (or one mixing B with I + W): name the first missing or conflicting op."""
+    pp, mbs, text = schedule.pp, schedule.microbatches, schedule.op_text
+    forward_only = not any(counts[sm:])
+    for s in range(schedule.stages):
+        r, c = s % pp, s // pp
+        for m in range(mbs):
+            at = s * mbs + m
+            has = {kind: counts[code * sm + at] for kind, code in _KIND_CODE.items()}
+            need = ["F"]
+            if not forward_only:
+                if has["B"] and (has["I"] or has["W"]):
+                    other = "I" if has["I"] else "W"
+                    raise ScheduleError(
+                        f"rank {r}: microbatch {m} on stage {s} has both a full backward {text(Op('B', m, c))} and "
+                        f"{text(Op(other, m, c))}; use either B or the pair I + W", kind="duplicate", rank=r,
+                        op=Op(other, m, c))
+                need += ["I", "W"] if (has["I"] or has["W"]) else ["B"]
+            for kind in need:
+                if not has[kind]:
+                    op = Op(kind, m, c)
+                    raise ScheduleError(f"rank {r} never runs {text(op)} (microbatch {m}, stage {s}); every op must "
+                                        f"run exactly once", kind="missing", rank=r, op=op)
+
+
+def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[int, ...]]]:
+    """Yield ``(rank, op, stage, dependency keys)`` in an order where every dependency came first.
+
+    Each rank runs its list in order; a rank blocked on a key sleeps until that key is produced.
+    The rules (see the module docstring): F(m, s) waits for F(m, s-1); B/I(m, s) for F(m, s) and
+    G(m, s+1); W(m, s) for I(m, s).  If ranks remain blocked when nothing can run, a
+    :class:`ScheduleError` explains the wait.  Callers must have run :func:`check_ops` first.
+    """
+    pp, stages, mbs, ranks = schedule.pp, schedule.stages, schedule.microbatches, schedule.ranks
+    sm = stages * mbs
+    g_base, i_base = G_KEY * sm, I_KEY * sm
+    last = stages - 1
+    pos = [0] * pp
+    done = bytearray(3 * sm)
+    waiting: dict[int, list[int]] = {}
+    blocked_on: dict[int, int] = {}
+    ready = deque(range(pp))
+    while ready:
+        r = ready.popleft()
+        ops = ranks[r]
+        i = pos[r]
+        n = len(ops)
+        while i < n:
+            op = ops[i]
+            kind, m, c = op
+            s = c * pp + r
+            here = s * mbs + m
+            if kind == "F":
+                deps = (here - mbs,) if s else ()
+                made = (here,)
+            elif kind == "W":
+                deps = (i_base + here,)
+                made = ()
+            else:  # B or I: own forward, and the gradient from the next stage (the last stage has the loss)
+                deps = (here, g_base + here + mbs) if s < last else (here,)
+                made = (g_base + here, i_base + here) if kind == "I" else (g_base + here,)
+            missing = -1
+            for d in deps:
+                if not done[d]:
+                    missing = d
+                    break
+            if missing >= 0:
+                waiting.setdefault(missing, []).append(r)
+                blocked_on[r] = missing
+                break
+            yield r, op, s, deps
+            for key in made:
+                done[key] = 1
+                if waiting:
+                    woken = waiting.pop(key, None)
+                    if woken:
+                        for waiter in woken:
+                            del blocked_on[waiter]
+                            ready.append(waiter)
+            i += 1
+        pos[r] = i
+    if blocked_on:
+        raise _explain_stuck(schedule, pos, blocked_on)
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Raise :class:`ScheduleError` unless ``schedule`` is executable; return it for chaining."""
+    check_ops(schedule)
+    for _ in dataflow(schedule):
+        pass
+    return schedule
+
+
+def is_valid(schedule: Schedule) -> bool:
+    try:
+        validate(schedule)
+    except ScheduleError:
+        return False
+    return True
+
+
+def _producer(schedule: Schedule, key: int) -> tuple[int, Op, str]:
+    """The rank and op that produce ``key``, and the key's kind letter."""
+    kind, m, s = decode_key(key, schedule.stages, schedule.microbatches)
+    r, c = s % schedule.pp, s // schedule.pp
+    if kind == F_KEY:
+        return r, Op("F", m, c), "F"
+    if kind == G_KEY:
+        has_i = Op("I", m, c) in schedule.ranks[r]
+        return r, Op("I" if has_i else "B", m, c), "G"
+    return r, Op("I", m, c), "I"
+
+
+def _why(op: Op, key_kind: str) -> str:
+    return _WHY["own" if key_kind == "F" and op.kind != "F" else key_kind]
+
+
+def _explain_stuck(schedule: Schedule, pos: list[int], blocked_on: dict[int, int]) -> ScheduleError:
+    text = schedule.op_text
+    producer = {r: _producer(schedule, key) for r, key in blocked_on.items()}
+    blocked = {r: (schedule.ranks[r][pos[r]], producer[r][1]) for r in sorted(blocked_on)}
+
+    def describe(r: int) -> str:
+        op, dep = blocked[r]
+        src = producer[r][0]
+        where = "itself, later in its list" if src == r else f"rank {src}"
+        return f"rank {r} is blocked at {text(op)} (op {pos[r] + 1}) waiting for {text(dep)} from {where}"
+
+    # Follow the chain of waits from the lowest blocked rank until it repeats: that is the cycle.
+    chain, r = [], min(blocked)
+    while r not in chain:
+        chain.append(r)
+        r = producer[r][0]
+    cycle = chain[chain.index(r):]
+    if len(cycle) == 1:
+        r = cycle[0]
+        op, dep = blocked[r]
+        later = schedule.ranks[r].index(dep) + 1
+        return ScheduleError(
+            f"rank {r} runs {text(op)} (op {pos[r] + 1}) before {text(dep)} (op {later}), but {text(op)} waits for "
+            f"{text(dep)}: {_why(op, producer[r][2])}", kind="order", rank=r, op=op, waits_for=dep, blocked=blocked)
+    ring = " -> ".join(f"rank {q}" for q in cycle + [cycle[0]])
+    details = "; ".join(describe(q) for q in blocked)
+    first = cycle[0]
+    return ScheduleError(f"deadlock, circular wait {ring}: {details}", kind="deadlock", rank=first,
+                         op=blocked[first][0], waits_for=blocked[first][1], blocked=blocked)

@@ -1,0 +1,181 @@
+"""Event simulator: from a schedule and costs to a timeline, a makespan and a bubble.
+
+Every rank runs its ops in order; an op starts when its rank is free and every input has
+arrived (a cross-rank input arrives ``p2p`` time after its producer ends).  Because the order on
+each rank is fixed, this is a longest-path computation over the schedule's dependency graph, done
+in one pass over :func:`~pipeline_kit.schedules.validate.dataflow` -- the very walk the
+validator makes, so a schedule simulates exactly when it validates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from ..schedules.ops import Op, Schedule
+from ..schedules.validate import F_KEY, G_KEY, I_KEY, check_ops, dataflow
+from .costs import Costs, StageCosts
+
+
+class Event(NamedTuple):
+    """One op on the timeline (the runtime's traces use the same fields)."""
+
+    rank: int
+    op: Op
+    stage: int
+    start: float
+    end: float
+
+
+class Transfer(NamedTuple):
+    """One P2P message: an activation (``forward``) or an input gradient (``backward``)."""
+
+    src: int
+    dst: int
+    microbatch: int
+    direction: str
+    boundary: int  # between virtual stages boundary and boundary + 1
+    start: float
+    end: float
+    nbytes: float
+
+
+@dataclass
+class SimResult:
+    """The simulated step: events per op, transfers, and the metrics the book and graders quote."""
+
+    schedule: Schedule
+    costs: StageCosts
+    events: list[Event]
+    transfers: list[Transfer]
+    busy: list[float]
+    peak_activations: list[int]
+    peak_activation_bytes: list[float]
+    makespan: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.makespan = max((e.end for e in self.events), default=0)
+
+    @property
+    def idle(self) -> list[float]:
+        return [self.makespan - b for b in self.busy]
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle time over all ranks' time, ``idle / (pp * makespan)`` -- the seeds' definition."""
+        if not self.makespan:
+            return 0.0
+        return sum(self.idle) / (self.schedule.pp * self.makespan)
+
+    @property
+    def ideal_time(self) -> float:
+        """The step time without any bubble: the busiest rank working non-stop."""
+        return max(self.busy, default=0)
+
+    @property
+    def bubble_over_ideal(self) -> float:
+        """``(makespan - ideal) / ideal`` -- the Megatron paper's bubble ratio, ``(p-1)/m`` for 1F1B."""
+        return (self.makespan - self.ideal_time) / self.ideal_time if self.ideal_time else 0.0
+
+    def rank_events(self, rank: int) -> list[Event]:
+        return [e for e in self.events if e.rank == rank]
+
+    def to_dict(self, timeline: bool = True) -> dict:
+        s = self.schedule
+        out = {
+            "schedule": s.name,
+            "pp": s.pp,
+            "microbatches": s.microbatches,
+            "chunks": s.chunks,
+            "makespan": self.makespan,
+            "bubble_fraction": self.bubble_fraction,
+            "bubble_over_ideal": self.bubble_over_ideal,
+            "ideal_time": self.ideal_time,
+            "ranks": [
+                {"rank": r, "busy": self.busy[r], "idle": self.idle[r], "peak_activations": self.peak_activations[r],
+                 "peak_activation_bytes": self.peak_activation_bytes[r]}
+                for r in range(s.pp)
+            ],
+        }
+        if timeline:
+            out["timeline"] = [
+                {"rank": e.rank, "op": s.op_text(e.op), "kind": e.op.kind, "microbatch": e.op.microbatch,
+                 "chunk": e.op.chunk, "stage": e.stage, "start": e.start, "end": e.end}
+                for e in self.events
+            ]
+            out["transfers"] = [t._asdict() for t in self.transfers]
+        return out
+
+
+def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> SimResult:
+    """Simulate one training (or inference) step of ``schedule``.
+
+    ``costs`` is a :class:`Costs`; keyword arguments build one (``simulate(s, fwd=1, bwd=2)``).
+    Raises :class:`~pipeline_kit.schedules.ScheduleError` for an invalid schedule.
+
+    Live activations count the microbatch-chunks a rank has forwarded and not yet finished
+    backwarding (the backward ends with ``B``, or with ``W`` when it is split); a forward-only
+    schedule keeps nothing for backward and reports 0.
+    """
+    if costs is None:
+        costs = Costs(**cost_kwargs)
+    elif cost_kwargs:
+        raise TypeError("pass either a Costs object or cost keyword arguments, not both")
+    pp = schedule.pp
+    sc = costs.resolve(pp, schedule.chunks)
+    check_ops(schedule)
+
+    stages, mbs = schedule.stages, schedule.microbatches
+    sm = stages * mbs
+    comm, nbytes, act = sc.comm, sc.nbytes, sc.activation_bytes
+    duration = {"F": sc.fwd, "B": sc.bwd, "I": [b - w for b, w in zip(sc.bwd, sc.wgrad)], "W": sc.wgrad}
+    keep = not schedule.forward_only
+    end = [0] * (3 * sm)  # finish time of the op that produced each dependency key
+    free = [0] * pp
+    busy = [0] * pp
+    live = [0] * pp
+    live_bytes = [0] * pp
+    peak = [0] * pp
+    peak_bytes = [0] * pp
+    events: list[Event] = []
+    transfers: list[Transfer] = []
+    for r, op, s, deps in dataflow(schedule):
+        start = free[r]
+        for key in deps:
+            t = end[key]
+            kind_stage, m = divmod(key, mbs)
+            key_kind, ks = divmod(kind_stage, stages)
+            if ks % pp != r:  # produced on another rank: it crosses a boundary
+                forward = key_kind == F_KEY
+                boundary = ks if forward else ks - 1
+                arrive = t + comm[boundary]
+                transfers.append(Transfer(ks % pp, r, m, "forward" if forward else "backward", boundary, t, arrive,
+                                          nbytes[boundary]))
+                t = arrive
+            if t > start:
+                start = t
+        kind, m, _ = op
+        dur = duration[kind][s]
+        finish = start + dur
+        free[r] = finish
+        busy[r] += dur
+        events.append(Event(r, op, s, start, finish))
+        here = s * mbs + m
+        if kind == "F":
+            end[here] = finish
+            if keep:
+                live[r] += 1
+                live_bytes[r] += act[s]
+                if live[r] > peak[r]:
+                    peak[r] = live[r]
+                if live_bytes[r] > peak_bytes[r]:
+                    peak_bytes[r] = live_bytes[r]
+        else:
+            if kind != "W":
+                end[G_KEY * sm + here] = finish
+            if kind == "I":
+                end[I_KEY * sm + here] = finish
+            else:  # B or W ends the backward of (m, s): its activations are freed
+                live[r] -= 1
+                live_bytes[r] -= act[s]
+    return SimResult(schedule, sc, events, transfers, busy, peak, peak_bytes)
