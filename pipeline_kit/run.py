@@ -1,0 +1,288 @@
+"""``torchrun --nproc-per-node P -m pipeline_kit.run``: train a small GPT with any schedule, for real.
+
+The pipeline size is the number of ranks.  Each rank builds only its own stages, walks its own
+op list (:func:`pipeline_kit.runtime.executor.run_step`), and the optimizer steps after the
+flush.  Rank 0 prints one line per step and a summary; ``--json`` / ``--trace`` write files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+from .cli import OneLineParser, float_list, non_negative_float, positive_float, positive_int
+from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="torchrun ... -m pipeline_kit.run",
+                      description="Run a pipeline schedule on real processes (pp = number of ranks).")
+    p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b")
+    p.add_argument("--microbatches", "-m", type=positive_int, default=8)
+    p.add_argument("--chunks", "-v", type=positive_int, default=None, help="model chunks per rank (interleaved)")
+    p.add_argument("--layers", type=positive_int, default=8)
+    p.add_argument("--hidden", type=positive_int, default=64)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--seq-len", type=positive_int, default=32)
+    p.add_argument("--micro-batch-size", type=positive_int, default=2)
+    p.add_argument("--vocab", type=positive_int, default=256)
+    p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--steps", type=positive_int, default=3)
+    p.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate")
+    p.add_argument("--check-grads", action="store_true",
+                   help="after step 1, compare every gradient with a single-process reference")
+    p.add_argument("--synthetic-compute", type=float_list, default=None, metavar="F_MS,B_MS[,W_MS]",
+                   help="replace compute by timed waits: forward / backward (/ weight-grad) ms of one microbatch "
+                        "through a rank's whole share; each of v chunks waits 1/v")
+    p.add_argument("--trace", metavar="FILE", help="write every op's and P2P wait's start/end (last step) as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the run's summary as JSON")
+    p.add_argument("--p2p-timeout", type=positive_float, default=60.0, metavar="S",
+                   help="seconds any P2P wait may take before the run is stopped with a diagnosis (default 60)")
+    p.add_argument("--verbose-p2p", action="store_true", help="print every send and receive as it happens")
+    p.add_argument("--inject", metavar="FAULT", help="skip-send:rank=R,mb=K or crash:rank=R,mb=K")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default=None, help="default: chosen from the hardware")
+    p.add_argument("--no-deallocate", action="store_true", help="keep sent outputs' data (to measure the saving)")
+    p.add_argument("--send-shapes", action="store_true", help="send each tensor's shape first (variable shapes)")
+    return p
+
+
+def _say(env, text: str, file=sys.stdout) -> None:
+    if env is None or env.rank == 0:
+        print(text, file=file, flush=True)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", 0))
+
+    def usage(message: str) -> int:
+        if rank == 0:
+            print(f"{parser.prog}: error: {message}", file=sys.stderr, flush=True)
+        return 2
+
+    # Everything that can be checked without a process group is checked first, on every rank alike.
+    from .runtime.faults import Fault, FaultSpecError
+    try:
+        fault = Fault.parse(args.inject) if args.inject else None
+    except FaultSpecError as exc:
+        return usage(f"argument --inject: {exc}")
+    if fault and fault.rank >= world:
+        return usage(f"argument --inject: rank {fault.rank} does not exist (ranks 0..{world - 1})")
+    if fault and fault.microbatch >= args.microbatches:
+        return usage(f"argument --inject: microbatch {fault.microbatch} does not exist (0..{args.microbatches - 1})")
+    try:
+        schedule = validate(build_schedule(args.schedule, world, args.microbatches, args.chunks))
+    except ScheduleConfigError as exc:
+        return usage(f"{exc} (pp is the number of ranks, {world})")
+    synthetic = args.synthetic_compute
+    if synthetic is not None and len(synthetic) not in (2, 3):
+        return usage("argument --synthetic-compute: expected F_MS,B_MS or F_MS,B_MS,W_MS")
+    if synthetic is not None and len(synthetic) == 3 and synthetic[2] > synthetic[1]:
+        return usage("argument --synthetic-compute: W_MS is part of B_MS and cannot exceed it")
+    if synthetic is not None and args.check_grads:
+        return usage("--check-grads needs real compute; drop --synthetic-compute")
+    if args.hidden % args.heads:
+        return usage(f"argument --hidden: {args.hidden} is not divisible by --heads {args.heads}")
+    if args.layers < schedule.stages:
+        return usage(f"argument --layers: {args.layers} layers cannot fill {schedule.stages} pipeline stages "
+                     f"(pp {world} x chunks {schedule.chunks}); use --layers {schedule.stages} or more")
+
+    from .runtime.env import init_distributed
+    env = None
+    try:
+        env = init_distributed(args.backend, args.p2p_timeout)
+        return _run(args, env, schedule, fault)
+    except Exception as exc:  # noqa: BLE001 - every failure must end this rank now, loudly
+        from .runtime.faults import InjectedCrash
+        from .runtime.p2p import P2PTimeout
+        who = f"[rank {env.rank if env else rank}]"
+        if isinstance(exc, P2PTimeout):
+            print(f"{who} P2P TIMEOUT: {exc}", file=sys.stderr, flush=True)
+            code = 3
+        elif isinstance(exc, InjectedCrash):
+            print(f"{who} CRASH: {exc}", file=sys.stderr, flush=True)
+            code = 4
+        elif "Connection reset by peer" in str(exc) or "Connection closed by peer" in str(exc):
+            print(f"{who} STOPPED: a peer rank went away ({str(exc).split(']')[-1].strip()[:80]}); "
+                  f"see that rank's message above", file=sys.stderr, flush=True)
+            code = 5
+        else:
+            print(f"{who} ERROR: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        os._exit(code)  # skip destructors that could block on dead peers; torchrun stops the other ranks
+
+
+def _run(args, env, schedule, fault) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from .runtime.compute import ModelCompute, SyntheticCompute
+    from .runtime.executor import run_step
+    from .runtime.grads import compare_grads, reference_grads, sync_tied_grads
+    from .runtime.loss import loss_to_all_ranks
+    from .runtime.model import GPTConfig, build_stage, make_batch
+    from .runtime.p2p import P2P, measure_latency
+    from .sim import simulate
+
+    torch.set_num_threads(1)
+    _say(env, env.describe())
+    pp, rank, v = schedule.pp, env.rank, schedule.chunks
+    cfg = GPTConfig(vocab=args.vocab, seq_len=args.seq_len, hidden=args.hidden, heads=args.heads,
+                    layers=args.layers, tie_embeddings=args.tie_embeddings, seed=args.seed)
+    shape = (args.micro_batch_size, args.seq_len, args.hidden)
+    stages = {c: build_stage(cfg, c * pp + rank, schedule.stages).to(env.device) for c in range(v)}
+    params = [p for s in stages.values() for p in s.parameters()]
+    stage_params = [None] * schedule.stages
+    for c, s in stages.items():
+        stage_params[c * pp + rank] = s.num_params()
+    gathered = [None] * env.world
+    dist.all_gather_object(gathered, stage_params)
+    stage_params = [next(g[s] for g in gathered if g[s] is not None) for s in range(schedule.stages)]
+    _say(env, f"schedule {schedule.name}: pp={pp} microbatches={schedule.microbatches} chunks={v}; "
+              f"parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
+
+    tied_group = None
+    if cfg.tie_embeddings and pp > 1:
+        tied_group = dist.new_group([0, (schedule.stages - 1) % pp])
+        if rank not in (0, (schedule.stages - 1) % pp):
+            tied_group = None
+    p2p = P2P(schedule, rank, env.device, shape, timeout_s=args.p2p_timeout, verbose=args.verbose_p2p,
+              fault=fault, send_shapes=args.send_shapes, via_host=env.stage_through_host)
+    latency = measure_latency(p2p)
+    optimizer = torch.optim.SGD(params, lr=args.lr) if params else None
+    cuda = env.device.type == "cuda"
+
+    synthetic = args.synthetic_compute
+    if synthetic is not None:
+        f_ms, b_ms = synthetic[0], synthetic[1]
+        w_ms = synthetic[2] if len(synthetic) == 3 else b_ms / 2
+        per_stage = lambda ms: [ms / 1000 / v] * schedule.stages  # noqa: E731 - each chunk takes 1/v
+        compute = SyntheticCompute(per_stage(f_ms), per_stage(b_ms), per_stage(w_ms), pp, shape, env.device)
+        compute.rank = rank
+    step_times, losses, grads_report, record = [], [], None, None
+    tokens_per_step = schedule.microbatches * args.micro_batch_size * args.seq_len
+    for step in range(args.steps):
+        tokens, targets = make_batch(cfg, schedule.microbatches, args.micro_batch_size, step, env.device)
+        if synthetic is None:
+            compute = ModelCompute(stages, targets, schedule.microbatches, deallocate=not args.no_deallocate)
+        if cuda:
+            torch.cuda.synchronize()
+            if step == args.steps - 1:
+                torch.cuda.reset_peak_memory_stats()
+        dist.barrier()
+        t0 = time.perf_counter()
+        record = run_step(schedule, rank, compute, p2p, tokens, fault=fault, cuda_sync=cuda)
+        p2p.finish_step()
+        if synthetic is None:
+            if cfg.tie_embeddings:
+                sync_tied_grads(stages, tied_group)
+            if step == 0 and args.check_grads:
+                grads_report = compare_grads(stages, reference_grads(cfg, tokens, targets), cfg.tie_embeddings)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        times = [None] * env.world
+        dist.all_gather_object(times, elapsed)
+        step_time = max(times)
+        step_times.append(step_time)
+        loss = loss_to_all_ranks(compute.take_loss(), (schedule.stages - 1) % pp, env.device)
+        losses.append(loss if synthetic is None else None)
+        _say(env, f"step {step + 1}/{args.steps}  time {step_time * 1000:8.1f} ms  "
+                  + (f"loss {loss:.4f}  " if synthetic is None else "synthetic compute  ")
+                  + f"tokens/s {tokens_per_step / step_time:,.0f}")
+
+    # -- summary: gather every rank's view of the last step --------------------------------------
+    mine = {"rank": rank, "events": record.events, "waits": record.waits, "end": record.end,
+            "peak_activations": record.peak_activations, "peak_activation_bytes": record.peak_activation_bytes,
+            "freed_output_bytes": getattr(compute, "freed_output_bytes", 0),
+            "grads": grads_report,
+            "cuda_max_memory_allocated": torch.cuda.max_memory_allocated() if cuda else None}
+    everyone = [None] * env.world
+    dist.all_gather_object(everyone, mine)
+    if rank != 0:
+        return 0
+    sim = simulate(schedule, fwd=1.0, bwd=2.0)
+    summary = {
+        "schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
+        "backend": env.backend, "device": env.device.type, "world": env.world,
+        "config": cfg.to_dict(), "micro_batch_size": args.micro_batch_size, "stage_params": stage_params,
+        "step_times": step_times, "losses": losses,
+        "tokens_per_s": tokens_per_step / statistics.median(step_times),
+        "makespan": max(r["end"] for r in everyone),
+        "p2p_latency": latency,
+        "peak_activations": [r["peak_activations"] for r in everyone],
+        "simulated_peak_activations": sim.peak_activations,
+        "peak_activation_bytes": [r["peak_activation_bytes"] for r in everyone],
+        "deallocated_output_bytes": [r["freed_output_bytes"] for r in everyone],
+        "cuda_max_memory_allocated": [r["cuda_max_memory_allocated"] for r in everyone],
+        "synthetic_compute": synthetic,
+    }
+    if synthetic is not None:
+        f_ms, b_ms = synthetic[0], synthetic[1]
+        w_ms = synthetic[2] if len(synthetic) == 3 else b_ms / 2
+        pred = simulate(schedule, fwd=f_ms / 1000, bwd=b_ms / 1000, wgrad=w_ms / 1000, p2p_latency=latency)
+        summary["predicted_makespan"] = pred.makespan
+        summary["prediction_error"] = summary["makespan"] / pred.makespan - 1
+    if args.check_grads:
+        reports = [r["grads"] for r in everyone]
+        worst = max(reports, key=lambda g: g["max_rel_error"])
+        summary["max_rel_error"] = worst["max_rel_error"]
+        summary["grads_bitwise"] = [sum(g["bitwise"] for g in reports), sum(g["total"] for g in reports)]
+        summary["grads_match"] = worst["max_rel_error"] <= 1e-6
+    else:
+        summary["grads_match"] = None
+
+    print(f"summary: median step {statistics.median(step_times) * 1000:.1f} ms, makespan of last step "
+          f"{summary['makespan'] * 1000:.1f} ms, {summary['tokens_per_s']:,.0f} tokens/s")
+    if synthetic is not None:
+        print(f"simulator predicts {summary['predicted_makespan'] * 1000:.1f} ms with the measured P2P latency "
+              f"{latency * 1e6:.0f} us: measured/predicted = {1 + summary['prediction_error']:.3f}")
+    print(f"peak live activations per rank: {summary['peak_activations']} "
+          f"(simulator: {summary['simulated_peak_activations']})")
+    if synthetic is None:
+        print(f"activation bytes at peak per rank: {[f'{b / 2**20:.2f} MiB' for b in summary['peak_activation_bytes']]}")
+        freed = summary["deallocated_output_bytes"]
+        if any(freed):
+            per_mb = max(freed) / max(1, schedule.microbatches * v)
+            print(f"deallocate_output_tensor freed {sum(freed) / 2**20:.2f} MiB of sent outputs this step "
+                  f"({per_mb / 2**10:.1f} KiB per microbatch-chunk; graphs kept for backward)")
+    if cuda:
+        print(f"torch.cuda.max_memory_allocated per rank: {summary['cuda_max_memory_allocated']}")
+    if args.check_grads:
+        b, t = summary["grads_bitwise"]
+        print(f"grads match the single-process reference: {summary['grads_match']} (max relative error "
+              f"{summary['max_rel_error']:.2e}; {b} of {t} parameter tensors bitwise equal)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=1)
+    if args.trace:
+        trace = {"schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
+                 "source": "runtime", "makespan": summary["makespan"],
+                 "timeline": [e for r in everyone for e in r["events"]],
+                 "waits": [w for r in everyone for w in r["waits"]]}
+        with open(args.trace, "w", encoding="utf-8") as fh:
+            json.dump(trace, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    try:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - shutting down
+        pass
+    raise SystemExit(code)

@@ -1,0 +1,149 @@
+"""What a stage computes for each op: the real model with autograd, or a timed wait.
+
+The executor (:mod:`pipeline_kit.runtime.executor`) only decides *when*; these classes decide
+*what*.  :class:`ModelCompute` runs the stage modules and keeps, per (chunk, microbatch), what
+backward needs.  :class:`SyntheticCompute` sleeps for the simulator's costs instead, so the real
+schedule and the real P2P can be timed on a 2-core laptop.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.autograd import Variable
+
+from .model import StageModule, lm_loss
+
+
+def _run_backward(outputs, grads, keep_graph: bool, inputs=(), accumulate: bool = True):
+    """Call autograd's engine directly, as Megatron's ``custom_backward`` does.
+
+    ``torch.autograd.backward`` checks that each gradient has its output's shape; after
+    :meth:`ModelCompute.release_output` the output's data is a 1-element placeholder while its
+    ``grad_fn`` -- all backward needs -- is intact, so that check must be skipped.
+    """
+    return Variable._execution_engine.run_backward(outputs, grads, keep_graph, False, inputs, True, accumulate)
+
+
+class ModelCompute:
+    """Runs ``stages[chunk]`` (this rank's model chunks) with autograd and gradient accumulation."""
+
+    def __init__(self, stages: dict[int, StageModule], targets: list[torch.Tensor], microbatches: int,
+                 deallocate: bool = True):
+        self.stages, self.targets, self.microbatches = stages, targets, microbatches
+        self.deallocate = deallocate
+        self.saved: dict[tuple[int, int], tuple] = {}  # (chunk, mb) -> (input, output)
+        self.output_grads: dict[tuple[int, int], torch.Tensor] = {}  # kept from I for W
+        self.losses: list[torch.Tensor] = []
+        self.saved_bytes: dict[tuple[int, int], int] = {}
+        self.freed_output_bytes = 0
+        self._param_ptrs = {p.data_ptr() for s in stages.values() for p in s.parameters()}
+
+    def forward(self, chunk: int, mb: int, x: torch.Tensor) -> torch.Tensor:
+        stage = self.stages[chunk]
+        if not stage.pre_process:
+            x.requires_grad_()  # a received activation: backward must produce its gradient
+        seen: dict[int, int] = {}
+
+        def pack(t: torch.Tensor):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in self._param_ptrs:
+                seen[ptr] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = stage(x)
+            if stage.post_process:  # only the last stage has logits, so only it has a loss
+                y = lm_loss(y, self.targets[mb]) / self.microbatches
+                self.losses.append(y.detach())
+        self.saved[(chunk, mb)] = (x, y)
+        self.saved_bytes[(chunk, mb)] = sum(seen.values())
+        return y
+
+    def release_output(self, chunk: int, mb: int) -> None:
+        """Megatron's ``deallocate_output_tensor``: the output was sent; keep its graph, drop its data."""
+        if not self.deallocate:
+            return
+        y = self.saved[(chunk, mb)][1]
+        self.freed_output_bytes += y.untyped_storage().nbytes()
+        y.data = torch.empty((1,), device=y.device, dtype=y.dtype)
+
+    def backward(self, chunk: int, mb: int, dy: torch.Tensor | None, weights: bool) -> torch.Tensor | None:
+        """B (``weights=True``) or I: return the gradient for the previous stage (None on the first)."""
+        x, y = self.saved[(chunk, mb)]
+        grad = torch.ones_like(y) if dy is None else dy
+        wants_dx = x.requires_grad
+        if weights:  # full backward: input grad and weight grads in one pass
+            del self.saved[(chunk, mb)]
+            self.saved_bytes.pop((chunk, mb), None)
+            _run_backward((y,), (grad,), keep_graph=False)
+            return x.grad if wants_dx else None
+        self.output_grads[(chunk, mb)] = grad  # W will need it
+        if not wants_dx:
+            return None
+        return _run_backward((y,), (grad,), keep_graph=True, inputs=(x,), accumulate=False)[0]
+
+    def weight_grad(self, chunk: int, mb: int) -> None:
+        """W: accumulate this microbatch's weight gradients, then free what it kept."""
+        x, y = self.saved.pop((chunk, mb))
+        self.saved_bytes.pop((chunk, mb), None)
+        grad = self.output_grads.pop((chunk, mb))
+        params = tuple(p for p in self.stages[chunk].parameters() if p.requires_grad)
+        _run_backward((y,), (grad,), keep_graph=False, inputs=params)
+
+    def activation_bytes(self, chunk: int, mb: int) -> int:
+        return self.saved_bytes.get((chunk, mb), 0)
+
+    def take_loss(self) -> float | None:
+        """Sum of this step's (already 1/M-scaled) microbatch losses; None off the last stage."""
+        if not self.losses:
+            return None
+        total = float(torch.stack(self.losses).sum())
+        self.losses.clear()
+        return total
+
+
+class SyntheticCompute:
+    """Sleeps instead of computing, with the simulator's cost convention.
+
+    ``fwd_s``/``bwd_s``/``wgrad_s`` are per virtual stage (seconds): a rank's whole-share cost
+    divided by its chunks.  Sent tensors are a preallocated buffer of the boundary shape.
+    """
+
+    def __init__(self, fwd_s: list[float], bwd_s: list[float], wgrad_s: list[float], pp: int, shape, device,
+                 dtype=torch.float32):
+        self.fwd_s, self.bwd_s, self.wgrad_s, self.pp = fwd_s, bwd_s, wgrad_s, pp
+        self.buffer = torch.zeros(shape, device=device, dtype=dtype)
+        self.rank = 0
+
+    @staticmethod
+    def _sleep(seconds: float) -> None:
+        """Wait ``seconds`` precisely: sleep most of it, then spin the last fraction of a millisecond
+        (``time.sleep`` alone overshoots by ~0.1 ms, which adds up over hundreds of ops)."""
+        end = time.perf_counter() + seconds
+        if seconds > 0.0005:
+            time.sleep(seconds - 0.0003)
+        while time.perf_counter() < end:
+            pass
+
+    def forward(self, chunk: int, mb: int, x) -> torch.Tensor:
+        self._sleep(self.fwd_s[chunk * self.pp + self.rank])
+        return self.buffer
+
+    def release_output(self, chunk: int, mb: int) -> None:
+        pass
+
+    def backward(self, chunk: int, mb: int, dy, weights: bool):
+        s = chunk * self.pp + self.rank
+        self._sleep(self.bwd_s[s] if weights else self.bwd_s[s] - self.wgrad_s[s])
+        return self.buffer
+
+    def weight_grad(self, chunk: int, mb: int) -> None:
+        self._sleep(self.wgrad_s[chunk * self.pp + self.rank])
+
+    def activation_bytes(self, chunk: int, mb: int) -> int:
+        return 0
+
+    def take_loss(self):
+        return None

@@ -1,0 +1,91 @@
+"""The executor: walk this rank's ops, in order, for one training step.
+
+This is the whole pipeline runtime in one function, meant to be read top to bottom.  It knows
+nothing about *which* schedule it runs -- GPipe, 1F1B, interleaved and ZB-H1 are just different
+lists in ``schedule.ranks[rank]`` -- and everything the schedule layer promised holds here:
+
+* ``F m`` on stage ``s``: take the tokens (first stage) or receive the activation from stage
+  ``s - 1``; run the stage; on the last stage compute the loss; else send the output to stage
+  ``s + 1`` and free its data (the graph stays for backward).
+* ``B m`` / ``I m``: take the loss (last stage) or receive the output gradient from stage
+  ``s + 1``; backpropagate (``I``: input gradient only); send the input gradient to stage ``s - 1``.
+* ``W m``: accumulate the weight gradients the matching ``I`` left for later.
+
+Gradients accumulate across microbatches; the optimizer steps after the flush (in ``run.py``).
+The executor counts live activations exactly as the simulator does, and records a trace whose
+op entries have the simulator timeline's fields.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..schedules import Schedule
+from .faults import Fault, InjectedCrash
+from .p2p import P2P, Message
+
+
+@dataclass
+class StepRecord:
+    """What one rank saw in one step (times in seconds from the step's start)."""
+
+    events: list[dict] = field(default_factory=list)  # one per op: rank, op, kind, microbatch, chunk, stage, start, end
+    waits: list[dict] = field(default_factory=list)  # one per P2P receive: rank, peer, direction, microbatch, ...
+    peak_activations: int = 0
+    peak_activation_bytes: int = 0
+    end: float = 0.0
+
+
+def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fault: Fault | None = None,
+             cuda_sync: bool = False) -> StepRecord:
+    """Run ``schedule.ranks[rank]`` once.  ``compute`` is a ModelCompute or SyntheticCompute."""
+    pp, last = schedule.pp, schedule.stages - 1
+    rec = StepRecord()
+    live = live_bytes = 0
+    t0 = time.perf_counter()
+    p2p.waits_since(t0, rec.waits)
+
+    for op in schedule.ranks[rank]:
+        kind, m, chunk = op
+        s = chunk * pp + rank
+        start = time.perf_counter() - t0
+
+        if kind == "F":
+            if fault and fault.kind == "crash" and fault.rank == rank and fault.microbatch == m:
+                raise InjectedCrash(f"rank {rank}: injected crash in the forward of microbatch {m} (--inject)")
+            x = tokens[m] if s == 0 else p2p.recv(Message("forward", m, s - 1, s))
+            y = compute.forward(chunk, m, x)
+            if s < last:
+                p2p.send(y, Message("forward", m, s, s + 1))
+                compute.release_output(chunk, m)
+            live += 1
+            live_bytes += compute.activation_bytes(chunk, m)
+            rec.peak_activations = max(rec.peak_activations, live)
+            rec.peak_activation_bytes = max(rec.peak_activation_bytes, live_bytes)
+
+        elif kind in ("B", "I"):
+            dy = None if s == last else p2p.recv(Message("backward", m, s + 1, s))
+            freed = compute.activation_bytes(chunk, m)
+            dx = compute.backward(chunk, m, dy, weights=(kind == "B"))
+            if s > 0:
+                p2p.send(dx, Message("backward", m, s, s - 1))
+            if kind == "B":  # the backward of (m, s) is complete: its activations are gone
+                live -= 1
+                live_bytes -= freed
+
+        else:  # "W"
+            freed = compute.activation_bytes(chunk, m)
+            compute.weight_grad(chunk, m)
+            live -= 1
+            live_bytes -= freed
+
+        if cuda_sync:
+            torch.cuda.synchronize()
+        rec.events.append({"rank": rank, "op": schedule.op_text(op), "kind": kind, "microbatch": m, "chunk": chunk,
+                           "stage": s, "start": start, "end": time.perf_counter() - t0})
+
+    rec.end = rec.events[-1]["end"] if rec.events else 0.0
+    return rec
