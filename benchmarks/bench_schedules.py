@@ -32,9 +32,9 @@ def main() -> int:
     print(f"{'case':<22} {'ops':>8} {'generate':>9} {'validate':>9} {'simulate':>9} {'total':>8} {'target':>7}")
     failed = False
     for pp, m, v in CASES:
-        t_gen, sched = best_of(args.repeat, lambda: interleaved(pp, m, v))
-        t_val, _ = best_of(args.repeat, lambda: validate(sched))
-        t_sim, res = best_of(args.repeat, lambda: simulate(sched, fwd=1.0, bwd=2.0))
+        t_gen, sched = best_of(args.repeat, lambda pp=pp, m=m, v=v: interleaved(pp, m, v))
+        t_val, _ = best_of(args.repeat, lambda s=sched: validate(s))
+        t_sim, res = best_of(args.repeat, lambda s=sched: simulate(s, fwd=1.0, bwd=2.0))
         total = t_gen + t_val + t_sim
         target = TARGET_S.get((pp, m, v))
         verdict = "" if target is None else (f"<{target:g}s " + ("ok" if total < target else "MISSED"))

@@ -10,9 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from .schedules import SCHEDULES, Schedule, ScheduleConfigError, ScheduleError, ScheduleTextError, build_schedule, validate
+from .schedules import (
+    SCHEDULES,
+    Schedule,
+    ScheduleConfigError,
+    ScheduleError,
+    ScheduleTextError,
+    build_schedule,
+    validate,
+)
 from .sim import CostError, Costs, simulate
 
 EXIT_INVALID = 1  # the input was read but is not a valid schedule

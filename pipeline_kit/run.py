@@ -7,7 +7,6 @@ flush.  Rank 0 prints one line per step and a summary; ``--json`` / ``--trace`` 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -15,7 +14,7 @@ import sys
 import time
 import traceback
 
-from .cli import OneLineParser, float_list, non_negative_float, positive_float, positive_int
+from .cli import OneLineParser, float_list, positive_float, positive_int
 from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
 
 
@@ -60,8 +59,8 @@ def _say(env, text: str, file=sys.stdout) -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
 
     def usage(message: str) -> int:
         if rank == 0:
@@ -166,7 +165,7 @@ def _run(args, env, schedule, fault) -> int:
     if synthetic is not None:
         f_ms, b_ms = synthetic[0], synthetic[1]
         w_ms = synthetic[2] if len(synthetic) == 3 else b_ms / 2
-        per_stage = lambda ms: [ms / 1000 / v] * schedule.stages  # noqa: E731 - each chunk takes 1/v
+        per_stage = lambda ms: [ms / 1000 / v] * schedule.stages
         compute = SyntheticCompute(per_stage(f_ms), per_stage(b_ms), per_stage(w_ms), pp, shape, env.device)
         compute.rank = rank
     step_times, losses, grads_report, record = [], [], None, None
@@ -279,10 +278,8 @@ def _run(args, env, schedule, fault) -> int:
 
 if __name__ == "__main__":
     code = main()
-    try:
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - shutting down
-        pass
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
     raise SystemExit(code)

@@ -1,10 +1,22 @@
 """Generators: the per-rank orders are exactly Megatron-LM's (and torch.distributed.pipelining's)."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pipeline_kit.schedules import (ScheduleConfigError, build_schedule, gpipe, interleaved, interleaved_table,
-                                    interleaved_warmup, no_pipelining, one_f_one_b, select_schedule, validate, zb_h1)
+from pipeline_kit.schedules import (
+    ScheduleConfigError,
+    build_schedule,
+    gpipe,
+    interleaved,
+    interleaved_table,
+    interleaved_warmup,
+    no_pipelining,
+    one_f_one_b,
+    select_schedule,
+    validate,
+    zb_h1,
+)
 
 
 def rows(sched):

@@ -1,9 +1,18 @@
 """The representation: ops and schedules print and parse losslessly, in text and JSON."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from pipeline_kit.schedules import Op, OpParseError, Schedule, ScheduleTextError, build_schedule, virtual_stage, stage_owner
+from pipeline_kit.schedules import (
+    Op,
+    OpParseError,
+    Schedule,
+    ScheduleTextError,
+    build_schedule,
+    stage_owner,
+    virtual_stage,
+)
 
 
 @pytest.mark.parametrize("text,op", [("F3", Op("F", 3)), ("B0", Op("B", 0)), ("F3c1", Op("F", 3, 1)),
@@ -77,9 +86,9 @@ def test_json_contract_fields():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(pp=0, microbatches=1), "pp must be a positive integer"),
-    (dict(pp=1, microbatches=1, chunks=0), "chunks must be a positive integer"),
-    (dict(pp=2, microbatches=1, ranks=[[]]), "pp=2 but 1 rank lists"),
+    ({"pp": 0, "microbatches": 1}, "pp must be a positive integer"),
+    ({"pp": 1, "microbatches": 1, "chunks": 0}, "chunks must be a positive integer"),
+    ({"pp": 2, "microbatches": 1, "ranks": [[]]}, "pp=2 but 1 rank lists"),
 ])
 def test_schedule_constructor_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -3,7 +3,8 @@
 from fractions import Fraction as Fr
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline_kit.schedules import Op, Schedule, build_schedule, gpipe, interleaved, one_f_one_b, zb_h1
 from pipeline_kit.sim import CostError, Costs, simulate
@@ -127,14 +128,14 @@ def test_split_backward_costs_default_to_half():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(fwd=[1, 2, 3]), r"fwd has 3 values; expected 1 or 4 \(one per rank\)"),
-    (dict(bwd=-1), r"bwd values must be non-negative numbers, got -1"),
-    (dict(fwd="x"), r"fwd must be a number or a list of numbers, got .x."),
-    (dict(wgrad=3), r"wgrad on stage 0 is 3, larger than the whole backward bwd=2"),
-    (dict(p2p_bytes=10), r"p2p_bytes needs a bandwidth"),
-    (dict(p2p_bytes=[1, 2]), r"p2p_bytes has 2 values; expected 1 or 3 \(one per boundary\)"),
-    (dict(bandwidth=0), r"bandwidth must be a positive number"),
-    (dict(p2p_latency=-1), r"p2p_latency must be a non-negative number"),
+    ({"fwd": [1, 2, 3]}, r"fwd has 3 values; expected 1 or 4 \(one per rank\)"),
+    ({"bwd": -1}, r"bwd values must be non-negative numbers, got -1"),
+    ({"fwd": "x"}, r"fwd must be a number or a list of numbers, got .x."),
+    ({"wgrad": 3}, r"wgrad on stage 0 is 3, larger than the whole backward bwd=2"),
+    ({"p2p_bytes": 10}, r"p2p_bytes needs a bandwidth"),
+    ({"p2p_bytes": [1, 2]}, r"p2p_bytes has 2 values; expected 1 or 3 \(one per boundary\)"),
+    ({"bandwidth": 0}, r"bandwidth must be a positive number"),
+    ({"p2p_latency": -1}, r"p2p_latency must be a non-negative number"),
 ])
 def test_cost_errors_name_the_argument(kwargs, message):
     with pytest.raises(CostError, match=message):

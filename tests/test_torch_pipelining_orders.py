@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 
-from pipeline_kit.schedules import interleaved  # noqa: E402
+from pipeline_kit.schedules import interleaved
 
 
 def torch_interleaved_order(pp, m, v, rank):

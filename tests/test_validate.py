@@ -1,7 +1,8 @@
 """The validator accepts every generated schedule and rejects each kind of broken one with a precise message."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline_kit.schedules import Op, Schedule, ScheduleError, build_schedule, interleaved, validate
 from pipeline_kit.sim import simulate

@@ -86,7 +86,7 @@ class ModelCompute:
 
     def weight_grad(self, chunk: int, mb: int) -> None:
         """W: accumulate this microbatch's weight gradients, then free what it kept."""
-        x, y = self.saved.pop((chunk, mb))
+        _, y = self.saved.pop((chunk, mb))
         self.saved_bytes.pop((chunk, mb), None)
         grad = self.output_grads.pop((chunk, mb))
         params = tuple(p for p in self.stages[chunk].parameters() if p.requires_grad)

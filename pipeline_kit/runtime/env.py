@@ -55,10 +55,10 @@ def choose(local_world: int, cuda_devices: int, requested: str | None = None) ->
 
 def init_distributed(backend: str | None = None, timeout_s: float = 60.0) -> RunEnv:
     """Initialise ``torch.distributed`` from torchrun's environment variables (or a single process)."""
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     chosen, device_type, reason = choose(local_world, gpus, backend)
     device = torch.device("cpu")

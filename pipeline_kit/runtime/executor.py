@@ -11,6 +11,10 @@ lists in ``schedule.ranks[rank]`` -- and everything the schedule layer promised 
   ``s + 1``; backpropagate (``I``: input gradient only); send the input gradient to stage ``s - 1``.
 * ``W m``: accumulate the weight gradients the matching ``I`` left for later.
 
+Before each op computes, the receive its *next* op needs is already posted (``prefetch``), so that
+tensor travels while this op computes -- the overlap Megatron gets from its combined
+``send_forward_recv_backward`` calls.
+
 Gradients accumulate across microbatches; the optimizer steps after the flush (in ``run.py``).
 The executor counts live activations exactly as the simulator does, and records a trace whose
 op entries have the simulator timeline's fields.
@@ -39,24 +43,39 @@ class StepRecord:
     end: float = 0.0
 
 
+def incoming(op, stage: int, last: int) -> Message | None:
+    """The message ``op`` on ``stage`` must receive before it can run, if any."""
+    kind, m, _ = op
+    if kind == "F" and stage > 0:
+        return Message("forward", m, stage - 1, stage)
+    if kind in ("B", "I") and stage < last:
+        return Message("backward", m, stage + 1, stage)
+    return None
+
+
 def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fault: Fault | None = None,
              cuda_sync: bool = False) -> StepRecord:
     """Run ``schedule.ranks[rank]`` once.  ``compute`` is a ModelCompute or SyntheticCompute."""
     pp, last = schedule.pp, schedule.stages - 1
+    ops = schedule.ranks[rank]
+    inbox = [incoming(op, op.chunk * pp + rank, last) for op in ops]
     rec = StepRecord()
     live = live_bytes = 0
     t0 = time.perf_counter()
     p2p.waits_since(t0, rec.waits)
 
-    for op in schedule.ranks[rank]:
+    for i, op in enumerate(ops):
         kind, m, chunk = op
         s = chunk * pp + rank
         start = time.perf_counter() - t0
+        received = p2p.recv(inbox[i]) if inbox[i] else None
+        if i + 1 < len(ops):
+            p2p.prefetch(inbox[i + 1])  # the next op's input travels while this op computes
 
         if kind == "F":
             if fault and fault.kind == "crash" and fault.rank == rank and fault.microbatch == m:
                 raise InjectedCrash(f"rank {rank}: injected crash in the forward of microbatch {m} (--inject)")
-            x = tokens[m] if s == 0 else p2p.recv(Message("forward", m, s - 1, s))
+            x = tokens[m] if s == 0 else received
             y = compute.forward(chunk, m, x)
             if s < last:
                 p2p.send(y, Message("forward", m, s, s + 1))
@@ -67,7 +86,7 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
             rec.peak_activation_bytes = max(rec.peak_activation_bytes, live_bytes)
 
         elif kind in ("B", "I"):
-            dy = None if s == last else p2p.recv(Message("backward", m, s + 1, s))
+            dy = received  # None on the last stage, which starts from its own loss
             freed = compute.activation_bytes(chunk, m)
             dx = compute.backward(chunk, m, dy, weights=(kind == "B"))
             if s > 0:

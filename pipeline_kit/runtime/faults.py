@@ -25,7 +25,7 @@ class Fault:
     microbatch: int
 
     @classmethod
-    def parse(cls, text: str) -> "Fault":
+    def parse(cls, text: str) -> Fault:
         match = re.fullmatch(r"([a-z-]+):rank=(\d+),mb=(\d+)", text.strip())
         if not match or match.group(1) not in KINDS:
             raise FaultSpecError(f"expected FAULT as skip-send:rank=R,mb=K or crash:rank=R,mb=K, got {text!r}")

@@ -95,7 +95,7 @@ class _Deliveries(threading.Thread):
             work, keepalive, describe = self.items.get()
             try:
                 self.wait_fn(work, describe)
-            except BaseException as exc:  # reported to the main thread, which ends the run
+            except BaseException as exc:  # noqa: BLE001 - reported to the main thread, which ends the run
                 self.error = self.error or exc
             del keepalive
             with self.lock:
@@ -171,12 +171,8 @@ class P2P:
         if src == self.rank:
             return self.local.pop(msg)
         ch = (src, self.rank)
-        msgs, todo = self.plan[ch], self._pending[ch]
-        while msg not in todo:  # post receives in the sender's order up to the one we need
-            nxt = msgs[self._posted[ch]]
-            self._posted[ch] += 1
-            todo[nxt] = self._post_recv(ch, nxt)
-        work, buf = todo.pop(msg)
+        self._post_up_to(ch, msg)
+        work, buf = self._pending[ch].pop(msg)
         started = time.perf_counter()
         self._wait(work, lambda: self._recv_desc(msg, src))
         if self._wait_log is not None:
@@ -188,6 +184,21 @@ class P2P:
         self._log(f"recv {msg.direction:<8} mb={msg.microbatch} stage {msg.src_stage}->{msg.dst_stage} from rank {src} "
                   f"shape={tuple(buf.shape)}")
         return buf.to(self.device) if self.via_host else buf
+
+    def prefetch(self, msg: Message | None) -> None:
+        """Post the receive of ``msg`` now (and, first, of every earlier message on its channel) without
+        waiting, so the transfer overlaps the compute that comes before it is needed.  With shape
+        messages there is no prefetch: a receive cannot be posted before its shape has arrived."""
+        if msg is None or msg.src_stage % self.pp == self.rank or self.send_shapes:
+            return
+        self._post_up_to((msg.src_stage % self.pp, self.rank), msg)
+
+    def _post_up_to(self, ch, msg: Message) -> None:
+        msgs, todo = self.plan[ch], self._pending[ch]
+        while msg not in todo:  # post receives in the sender's order up to this one
+            nxt = msgs[self._posted[ch]]
+            self._posted[ch] += 1
+            todo[nxt] = self._post_recv(ch, nxt)
 
     def _post_recv(self, ch, msg: Message):
         tag, group = self.tags[ch][msg], self.groups[ch]
@@ -224,7 +235,7 @@ class P2P:
     # -- waiting, with a deadline ----------------------------------------------------------------
     def _wait(self, work, describe) -> None:
         began = time.perf_counter() - self._t0
-        describe_at = lambda: f"{describe()} (the wait began {began:.3f} s into the step)"  # noqa: E731
+        describe_at = lambda: f"{describe()} (the wait began {began:.3f} s into the step)"
         deadline = time.monotonic() + self.timeout_s
         if self.nccl:  # an NCCL wait would only order streams; poll for completion on the CPU
             while not work.is_completed():

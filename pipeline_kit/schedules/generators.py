@@ -9,7 +9,7 @@ imports torch: generating a 65,536-op schedule must take milliseconds.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .ops import Op, Schedule
 
@@ -68,7 +68,7 @@ def interleaved_table(microbatches: int, chunks: int, group: int) -> list[tuple[
     """
     table: list[tuple[int, int]] = []
     for start in range(0, microbatches, group):
-        end = microbatches if start + group >= microbatches else start + group
+        end = min(microbatches, start + group)
         table.extend((m, c) for c in range(chunks) for m in range(start, end))
     return table
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 KINDS = ("F", "B", "I", "W")
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad backward", "W": "weight-grad backward"}
@@ -50,7 +51,7 @@ class Op(NamedTuple):
         return self.text()
 
     @classmethod
-    def parse(cls, text: str) -> "Op":
+    def parse(cls, text: str) -> Op:
         match = _OP_RE.match(text.strip())
         if not match:
             raise OpParseError(
@@ -142,7 +143,7 @@ class Schedule:
         return "\n".join(lines) + "\n"
 
     @classmethod
-    def from_text(cls, text: str, name: str | None = None) -> "Schedule":
+    def from_text(cls, text: str, name: str | None = None) -> Schedule:
         """Parse the text form.
 
         Lines are ``rK: op op ...`` (``.`` marks an idle slot and is skipped, so a hand-drawn
@@ -210,7 +211,7 @@ class Schedule:
         return json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Schedule":
+    def from_dict(cls, data: dict) -> Schedule:
         missing = [k for k in ("pp", "microbatches", "ranks") if k not in data]
         if missing:
             raise ScheduleTextError(f"schedule JSON lacks {missing}; expected keys schedule, pp, microbatches, chunks, ranks")
@@ -218,7 +219,7 @@ class Schedule:
         return cls(data.get("schedule", "custom"), int(data["pp"]), int(data["microbatches"]), int(data.get("chunks", 1)), ranks)
 
     @classmethod
-    def from_json(cls, text: str) -> "Schedule":
+    def from_json(cls, text: str) -> Schedule:
         return cls.from_dict(json.loads(text))
 
 

@@ -16,7 +16,7 @@ same walk to compute times, so "valid" and "simulatable" can never disagree.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterator
+from collections.abc import Iterator
 
 from .ops import Op, Schedule
 

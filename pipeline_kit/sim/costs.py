@@ -11,12 +11,12 @@ A split backward costs what the full one costs: ``I = bwd - wgrad`` and ``W = wg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
-from typing import Sequence, Union
 
-Number = Union[int, float]
-PerStage = Union[Number, Sequence[Number]]
+Number = int | float
+PerStage = Number | Sequence[Number]
 
 
 class CostError(ValueError):
@@ -68,7 +68,7 @@ class Costs:
     bandwidth: Number | None = None
     activation_bytes: PerStage = 0
 
-    def resolve(self, pp: int, chunks: int) -> "StageCosts":
+    def resolve(self, pp: int, chunks: int) -> StageCosts:
         fwd = per_virtual_stage(self.fwd, pp, chunks, "fwd")
         bwd = per_virtual_stage(self.bwd, pp, chunks, "bwd")
         if self.wgrad is None:

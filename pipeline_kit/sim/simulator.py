@@ -152,8 +152,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
                 transfers.append(Transfer(ks % pp, r, m, "forward" if forward else "backward", boundary, t, arrive,
                                           nbytes[boundary]))
                 t = arrive
-            if t > start:
-                start = t
+            start = max(start, t)
         kind, m, _ = op
         dur = duration[kind][s]
         finish = start + dur
@@ -166,10 +165,8 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
             if keep:
                 live[r] += 1
                 live_bytes[r] += act[s]
-                if live[r] > peak[r]:
-                    peak[r] = live[r]
-                if live_bytes[r] > peak_bytes[r]:
-                    peak_bytes[r] = live_bytes[r]
+                peak[r] = max(peak[r], live[r])
+                peak_bytes[r] = max(peak_bytes[r], live_bytes[r])
         else:
             if kind != "W":
                 end[G_KEY * sm + here] = finish

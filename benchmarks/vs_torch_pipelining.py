@@ -1,0 +1,109 @@
+"""The kit's executor against PyTorch's ``torch.distributed.pipelining`` on the same model.
+
+Same GPT, same stage split, same microbatches, same SGD step, 4 ranks on gloo.  For each of GPipe,
+1F1B and interleaved 1F1B the two runtimes alternate step by step (so machine noise hits both
+alike); the median step time of each and the ratio kit / PyTorch are printed.  Target: ratio <= 1.
+
+Run: ``python benchmarks/vs_torch_pipelining.py [--steps 12] [--nproc 4]`` (it starts torchrun itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ARGS = ["--steps", "--nproc", "--layers", "--hidden", "--seq-len", "--micro-batch-size", "--microbatches"]
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=12, help="timed steps per runtime and schedule (default 12)")
+    p.add_argument("--nproc", type=int, default=4, help="ranks = pipeline size (default 4)")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--micro-batch-size", type=int, default=2)
+    p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def worker(args) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+    from pipeline_kit.runtime.compute import ModelCompute
+    from pipeline_kit.runtime.env import init_distributed
+    from pipeline_kit.runtime.executor import run_step
+    from pipeline_kit.runtime.model import GPTConfig, build_stage, lm_loss, make_batch
+    from pipeline_kit.runtime.p2p import P2P
+    from pipeline_kit.schedules import build_schedule
+
+    torch.set_num_threads(1)
+    env = init_distributed("gloo")
+    pp, rank, m = env.world, env.rank, args.microbatches
+    cfg = GPTConfig(layers=args.layers, hidden=args.hidden, seq_len=args.seq_len, heads=4)
+    shape = (args.micro_batch_size, args.seq_len, args.hidden)
+    rows = []
+    for name, torch_cls, v in (("gpipe", ScheduleGPipe, 1), ("1f1b", Schedule1F1B, 1),
+                               ("interleaved", ScheduleInterleaved1F1B, 2)):
+        sched = build_schedule(name, pp, m, v if v > 1 else None)
+        S = sched.stages
+        ours = {c: build_stage(cfg, c * pp + rank, S) for c in range(v)}
+        theirs = {c: build_stage(cfg, c * pp + rank, S) for c in range(v)}
+        opt_ours = torch.optim.SGD([p for s in ours.values() for p in s.parameters()], lr=0.01)
+        opt_theirs = torch.optim.SGD([p for s in theirs.values() for p in s.parameters()], lr=0.01)
+        p2p = P2P(sched, rank, env.device, shape, timeout_s=120)
+        stages = [PipelineStage(theirs[c], c * pp + rank, S, env.device) for c in range(v)]
+        kwargs = {"n_microbatches": m, "loss_fn": lm_loss}
+        torch_sched = torch_cls(stages, **kwargs) if v > 1 else torch_cls(stages[0], **kwargs)
+        times = {"kit": [], "torch": []}
+        for step in range(args.steps + 2):  # two warm-up steps each
+            tokens, targets = make_batch(cfg, m, args.micro_batch_size, step)
+            for runtime in ("kit", "torch"):
+                dist.barrier()
+                t0 = time.perf_counter()
+                if runtime == "kit":
+                    run_step(sched, rank, ModelCompute(ours, targets, m), p2p, tokens)
+                    p2p.finish_step()
+                    opt_ours.step()
+                    opt_ours.zero_grad(set_to_none=True)
+                else:
+                    first, last = rank == 0, rank == (S - 1) % pp
+                    args_in = (torch.cat(tokens),) if first else ()
+                    torch_sched.step(*args_in, target=torch.cat(targets) if last else None)
+                    opt_theirs.step()
+                    opt_theirs.zero_grad(set_to_none=True)
+                elapsed = torch.tensor([time.perf_counter() - t0])
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+                if step >= 2:
+                    times[runtime].append(float(elapsed))
+        rows.append((name + (f" v={v}" if v > 1 else ""), statistics.median(times["kit"]),
+                     statistics.median(times["torch"])))
+    if rank == 0:
+        print(f"{pp} ranks, gloo, GPT layers={args.layers} hidden={args.hidden} seq={args.seq_len} "
+              f"micro-batch={args.micro_batch_size} microbatches={m}; median of {args.steps} alternating steps")
+        print(f"{'schedule':<16} {'kit ms':>9} {'torch ms':>9} {'kit/torch':>10}")
+        for label, kit, ref in rows:
+            print(f"{label:<16} {kit * 1000:>9.1f} {ref * 1000:>9.1f} {kit / ref:>10.3f}")
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    args = parse()
+    if args.worker:
+        worker(args)
+        return 0
+    here = os.path.abspath(__file__)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc), here,
+           "--worker", *sys.argv[1:]]
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
