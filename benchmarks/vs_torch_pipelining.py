@@ -4,7 +4,7 @@ Same GPT, same stage split, same microbatches, same SGD step, 4 ranks on gloo.  
 1F1B and interleaved 1F1B the two runtimes alternate step by step (so machine noise hits both
 alike); the median step time of each and the ratio kit / PyTorch are printed.  Target: ratio <= 1.
 
-Run: ``python benchmarks/vs_torch_pipelining.py [--steps 12] [--nproc 4]`` (it starts torchrun itself).
+Run: ``python benchmarks/vs_torch_pipelining.py [--steps 20] [--nproc 4]`` (it starts torchrun itself).
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ import subprocess
 import sys
 import time
 
-ARGS = ["--steps", "--nproc", "--layers", "--hidden", "--seq-len", "--micro-batch-size", "--microbatches"]
-
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=12, help="timed steps per runtime and schedule (default 12)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per runtime and schedule (default 20)")
     p.add_argument("--nproc", type=int, default=4, help="ranks = pipeline size (default 4)")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--hidden", type=int, default=128)
@@ -59,17 +57,20 @@ def worker(args) -> None:
         opt_ours = torch.optim.SGD([p for s in ours.values() for p in s.parameters()], lr=0.01)
         opt_theirs = torch.optim.SGD([p for s in theirs.values() for p in s.parameters()], lr=0.01)
         p2p = P2P(sched, rank, env.device, shape, timeout_s=120)
+        compute = ModelCompute(ours, m)
         stages = [PipelineStage(theirs[c], c * pp + rank, S, env.device) for c in range(v)]
         kwargs = {"n_microbatches": m, "loss_fn": lm_loss}
         torch_sched = torch_cls(stages, **kwargs) if v > 1 else torch_cls(stages[0], **kwargs)
         times = {"kit": [], "torch": []}
         for step in range(args.steps + 2):  # two warm-up steps each
             tokens, targets = make_batch(cfg, m, args.micro_batch_size, step)
-            for runtime in ("kit", "torch"):
+            order = ("kit", "torch") if step % 2 == 0 else ("torch", "kit")  # neither always goes first
+            for runtime in order:
                 dist.barrier()
                 t0 = time.perf_counter()
                 if runtime == "kit":
-                    run_step(sched, rank, ModelCompute(ours, targets, m), p2p, tokens)
+                    compute.new_step(targets)
+                    run_step(sched, rank, compute, p2p, tokens)
                     p2p.finish_step()
                     opt_ours.step()
                     opt_ours.zero_grad(set_to_none=True)

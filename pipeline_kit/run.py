@@ -33,7 +33,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--steps", type=positive_int, default=3)
-    p.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate")
+    p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate (default 0.5)")
     p.add_argument("--check-grads", action="store_true",
                    help="after step 1, compare every gradient with a single-process reference")
     p.add_argument("--synthetic-compute", type=float_list, default=None, metavar="F_MS,B_MS[,W_MS]",
@@ -168,12 +168,14 @@ def _run(args, env, schedule, fault) -> int:
         per_stage = lambda ms: [ms / 1000 / v] * schedule.stages
         compute = SyntheticCompute(per_stage(f_ms), per_stage(b_ms), per_stage(w_ms), pp, shape, env.device)
         compute.rank = rank
+    else:
+        compute = ModelCompute(stages, schedule.microbatches, deallocate=not args.no_deallocate)
     step_times, losses, grads_report, record = [], [], None, None
     tokens_per_step = schedule.microbatches * args.micro_batch_size * args.seq_len
     for step in range(args.steps):
         tokens, targets = make_batch(cfg, schedule.microbatches, args.micro_batch_size, step, env.device)
         if synthetic is None:
-            compute = ModelCompute(stages, targets, schedule.microbatches, deallocate=not args.no_deallocate)
+            compute.new_step(targets)
         if cuda:
             torch.cuda.synchronize()
             if step == args.steps - 1:

@@ -8,6 +8,7 @@ schedule and the real P2P can be timed on a 2-core laptop.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -29,37 +30,53 @@ def _run_backward(outputs, grads, keep_graph: bool, inputs=(), accumulate: bool 
 class ModelCompute:
     """Runs ``stages[chunk]`` (this rank's model chunks) with autograd and gradient accumulation."""
 
-    def __init__(self, stages: dict[int, StageModule], targets: list[torch.Tensor], microbatches: int,
-                 deallocate: bool = True):
-        self.stages, self.targets, self.microbatches = stages, targets, microbatches
-        self.deallocate = deallocate
+    def __init__(self, stages: dict[int, StageModule], microbatches: int, deallocate: bool = True):
+        self.stages, self.microbatches, self.deallocate = stages, microbatches, deallocate
+        self.targets: list[torch.Tensor] = []
         self.saved: dict[tuple[int, int], tuple] = {}  # (chunk, mb) -> (input, output)
         self.output_grads: dict[tuple[int, int], torch.Tensor] = {}  # kept from I for W
         self.losses: list[torch.Tensor] = []
-        self.saved_bytes: dict[tuple[int, int], int] = {}
+        self.bytes_per_microbatch: dict[int, int] = {}  # chunk -> activation bytes one microbatch keeps
         self.freed_output_bytes = 0
         self._param_ptrs = {p.data_ptr() for s in stages.values() for p in s.parameters()}
+
+    def new_step(self, targets: list[torch.Tensor]) -> None:
+        self.targets = targets
+        self.freed_output_bytes = 0
 
     def forward(self, chunk: int, mb: int, x: torch.Tensor) -> torch.Tensor:
         stage = self.stages[chunk]
         if not stage.pre_process:
             x.requires_grad_()  # a received activation: backward must produce its gradient
+        if chunk not in self.bytes_per_microbatch:  # measure once per chunk: shapes never change
+            with self._count_saved_bytes(chunk):
+                y = self._forward(stage, mb, x)
+        else:
+            y = self._forward(stage, mb, x)
+        self.saved[(chunk, mb)] = (x, y)
+        return y
+
+    def _forward(self, stage: StageModule, mb: int, x: torch.Tensor) -> torch.Tensor:
+        y = stage(x)
+        if stage.post_process:  # only the last stage has logits, so only it has a loss
+            y = lm_loss(y, self.targets[mb]) / self.microbatches
+            self.losses.append(y.detach())
+        return y
+
+    @contextlib.contextmanager
+    def _count_saved_bytes(self, chunk: int):
+        """Sum the distinct non-parameter storages autograd saves for backward during one forward."""
         seen: dict[int, int] = {}
 
         def pack(t: torch.Tensor):
-            ptr = t.untyped_storage().data_ptr()
-            if ptr not in self._param_ptrs:
-                seen[ptr] = t.untyped_storage().nbytes()
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in self._param_ptrs:
+                seen[storage.data_ptr()] = storage.nbytes()
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            y = stage(x)
-            if stage.post_process:  # only the last stage has logits, so only it has a loss
-                y = lm_loss(y, self.targets[mb]) / self.microbatches
-                self.losses.append(y.detach())
-        self.saved[(chunk, mb)] = (x, y)
-        self.saved_bytes[(chunk, mb)] = sum(seen.values())
-        return y
+            yield
+        self.bytes_per_microbatch[chunk] = sum(seen.values())
 
     def release_output(self, chunk: int, mb: int) -> None:
         """Megatron's ``deallocate_output_tensor``: the output was sent; keep its graph, drop its data."""
@@ -76,7 +93,6 @@ class ModelCompute:
         wants_dx = x.requires_grad
         if weights:  # full backward: input grad and weight grads in one pass
             del self.saved[(chunk, mb)]
-            self.saved_bytes.pop((chunk, mb), None)
             _run_backward((y,), (grad,), keep_graph=False)
             return x.grad if wants_dx else None
         self.output_grads[(chunk, mb)] = grad  # W will need it
@@ -87,13 +103,12 @@ class ModelCompute:
     def weight_grad(self, chunk: int, mb: int) -> None:
         """W: accumulate this microbatch's weight gradients, then free what it kept."""
         _, y = self.saved.pop((chunk, mb))
-        self.saved_bytes.pop((chunk, mb), None)
         grad = self.output_grads.pop((chunk, mb))
         params = tuple(p for p in self.stages[chunk].parameters() if p.requires_grad)
         _run_backward((y,), (grad,), keep_graph=False, inputs=params)
 
     def activation_bytes(self, chunk: int, mb: int) -> int:
-        return self.saved_bytes.get((chunk, mb), 0)
+        return self.bytes_per_microbatch.get(chunk, 0)
 
     def take_loss(self) -> float | None:
         """Sum of this step's (already 1/M-scaled) microbatch losses; None off the last stage."""
