@@ -12,6 +12,17 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+from .argtypes import (
+    EXIT_INVALID,
+    EXIT_USAGE,
+    OneLineParser,
+    UsageError,
+    float_list,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+from .layout import commands as layout_commands
 from .schedules import (
     SCHEDULES,
     Schedule,
@@ -22,57 +33,6 @@ from .schedules import (
     validate,
 )
 from .sim import CostError, Costs, simulate
-
-EXIT_INVALID = 1  # the input was read but is not a valid schedule
-EXIT_USAGE = 2  # a bad argument
-
-
-class UsageError(Exception):
-    """A bad argument detected after parsing (e.g. a configuration a schedule refuses)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but errors are a single line (no usage dump) with exit status 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def float_list(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 1,1,1.5,1, got {text!r}") from None
-    if not values or any(not v >= 0 or v == float("inf") for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated non-negative numbers, got {text!r}")
-    return values
 
 
 # -- schedule options shared by `schedule` and `simulate` ---------------------------------------
@@ -220,6 +180,12 @@ COMMANDS: list[Command] = [
      lambda p: p.add_argument("file", metavar="FILE", help="schedule file: 'r0: F0 F1 B0 ...' lines, or JSON"),
      cmd_validate),
     ("demo", "a short tour of the schedules (the README's main job until the book lands)", lambda p: None, cmd_demo),
+    ("layout", "per-stage table of a Megatron-style layout: params, FLOPs, activation and P2P bytes",
+     layout_commands.add_layout_args, layout_commands.cmd_layout),
+    ("balance", "the layout minimising the slowest stage, next to the even split", layout_commands.add_balance_args,
+     layout_commands.cmd_balance),
+    ("speedup", "decompose a pipeline's speedup: bubble, imbalance, P2P, remainder", layout_commands.add_speedup_args,
+     layout_commands.cmd_speedup),
 ]
 
 

@@ -31,6 +31,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--micro-batch-size", type=positive_int, default=2)
     p.add_argument("--vocab", type=positive_int, default=256)
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
+    p.add_argument("--layout", metavar="LAYOUT",
+                   help="Megatron-style layout, e.g. 'Et*3|t*2|t*2|tL': stage k on rank k %% pp, chunk k // pp "
+                        "(default: the even split)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--steps", type=positive_int, default=3)
     p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate (default 0.5)")
@@ -77,6 +80,21 @@ def main(argv=None) -> int:
         return usage(f"argument --inject: rank {fault.rank} does not exist (ranks 0..{world - 1})")
     if fault and fault.microbatch >= args.microbatches:
         return usage(f"argument --inject: microbatch {fault.microbatch} does not exist (0..{args.microbatches - 1})")
+    layout = None
+    if args.layout:
+        from .layout import LayoutError, parse_layout
+        try:
+            layout = parse_layout(args.layout, pp=world, layers=args.layers)
+        except LayoutError as exc:
+            return usage(f"argument --layout: {exc} (pp is the number of ranks, {world}; --layers {args.layers})")
+        v = layout.chunks(world)
+        if args.chunks not in (None, v):
+            return usage(f"argument --chunks: {args.chunks} disagrees with the layout's {layout.num_stages} stages on "
+                         f"{world} ranks ({v} chunk(s) per rank)")
+        if v > 1 and args.schedule != "interleaved":
+            return usage(f"argument --layout: {layout.num_stages} stages on {world} ranks means {v} chunks per rank, "
+                         f"which needs --schedule interleaved")
+        args.chunks = v if args.schedule == "interleaved" else None
     try:
         schedule = validate(build_schedule(args.schedule, world, args.microbatches, args.chunks))
     except ScheduleConfigError as exc:
@@ -98,7 +116,7 @@ def main(argv=None) -> int:
     env = None
     try:
         env = init_distributed(args.backend, args.p2p_timeout)
-        return _run(args, env, schedule, fault)
+        return _run(args, env, schedule, fault, layout)
     except Exception as exc:  # noqa: BLE001 - every failure must end this rank now, loudly
         from .runtime.faults import InjectedCrash
         from .runtime.p2p import P2PTimeout
@@ -121,7 +139,7 @@ def main(argv=None) -> int:
         os._exit(code)  # skip destructors that could block on dead peers; torchrun stops the other ranks
 
 
-def _run(args, env, schedule, fault) -> int:
+def _run(args, env, schedule, fault, layout) -> int:
     import torch
     import torch.distributed as dist
 
@@ -129,7 +147,7 @@ def _run(args, env, schedule, fault) -> int:
     from .runtime.executor import run_step
     from .runtime.grads import compare_grads, reference_grads, sync_tied_grads
     from .runtime.loss import loss_to_all_ranks
-    from .runtime.model import GPTConfig, build_stage, make_batch
+    from .runtime.model import GPTConfig, build_stage, make_batch, split_layers
     from .runtime.p2p import P2P, measure_latency
     from .sim import simulate
 
@@ -139,7 +157,9 @@ def _run(args, env, schedule, fault) -> int:
     cfg = GPTConfig(vocab=args.vocab, seq_len=args.seq_len, hidden=args.hidden, heads=args.heads,
                     layers=args.layers, tie_embeddings=args.tie_embeddings, seed=args.seed)
     shape = (args.micro_batch_size, args.seq_len, args.hidden)
-    stages = {c: build_stage(cfg, c * pp + rank, schedule.stages).to(env.device) for c in range(v)}
+    layer_ids = [s.layers for s in layout.stages] if layout else split_layers(cfg.layers, schedule.stages)
+    stages = {c: build_stage(cfg, c * pp + rank, schedule.stages, layer_ids[c * pp + rank]).to(env.device)
+              for c in range(v)}
     params = [p for s in stages.values() for p in s.parameters()]
     stage_params = [None] * schedule.stages
     for c, s in stages.items():
@@ -219,6 +239,8 @@ def _run(args, env, schedule, fault) -> int:
         "schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
         "backend": env.backend, "device": env.device.type, "world": env.world,
         "config": cfg.to_dict(), "micro_batch_size": args.micro_batch_size, "stage_params": stage_params,
+        "layout": "|".join(("E" if s == 0 else "") + (f"t*{len(r)}" if len(r) > 1 else "t" * len(r))
+                           + ("L" if s == schedule.stages - 1 else "") for s, r in enumerate(layer_ids)),
         "step_times": step_times, "losses": losses,
         "tokens_per_s": tokens_per_step / statistics.median(step_times),
         "makespan": max(r["end"] for r in everyone),
@@ -270,7 +292,8 @@ def _run(args, env, schedule, fault) -> int:
             json.dump(summary, fh, indent=1)
     if args.trace:
         trace = {"schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
-                 "source": "runtime", "makespan": summary["makespan"],
+                 "source": "runtime", "makespan": summary["makespan"], "p2p_latency": latency,
+                 "layers": cfg.layers, "layout": summary["layout"],
                  "timeline": [e for r in everyone for e in r["events"]],
                  "waits": [w for r in everyone for w in r["waits"]]}
         with open(args.trace, "w", encoding="utf-8") as fh:
@@ -280,8 +303,9 @@ def _run(args, env, schedule, fault) -> int:
 
 if __name__ == "__main__":
     code = main()
-    import torch.distributed as dist
+    if "torch.distributed" in sys.modules:  # not imported when the arguments were refused
+        import torch.distributed as dist
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
     raise SystemExit(code)

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from runtime_helpers import ROOT, free_port, load, run, run_worker, torchrun_cmd
 
+from pipeline_kit.layout import predict_from_trace
 from pipeline_kit.schedules import build_schedule
 from pipeline_kit.sim import simulate
 
@@ -24,8 +25,13 @@ def test_grads_match_reference_for_every_schedule_on_4_ranks(tmp_path):
     cases = {"gpipe": [], "1f1b": ["--tie-embeddings"], "interleaved": ["--chunks", "2"], "zb-h1": []}
     runs = [["--schedule", name, "--microbatches", "8", "--steps", "2", "--check-grads", *extra, *SMALL,
              "--json", str(tmp_path / f"{name}.json")] for name, extra in cases.items()]
+    runs.append(["--schedule", "1f1b", "--layout", "Et*3|t*2|t*2|tL", "--microbatches", "4", "--steps", "1",
+                 "--check-grads", *SMALL, "--json", str(tmp_path / "layout.json")])
     proc = run_worker(4, runs)
-    assert proc.stdout.count("grads match the single-process reference: True") == 4, proc.stdout
+    assert proc.stdout.count("grads match the single-process reference: True") == 5, proc.stdout
+    custom = load(tmp_path / "layout.json")
+    assert custom["layout"] == "Et*3|t*2|t*2|tL" and custom["grads_match"] is True
+    assert custom["stage_params"][0] > custom["stage_params"][1] > custom["stage_params"][3]
     for name in cases:
         out = load(tmp_path / f"{name}.json")
         assert out["grads_match"] is True and out["max_rel_error"] <= 1e-6, (name, out["max_rel_error"])
@@ -39,12 +45,19 @@ def test_grads_match_reference_for_every_schedule_on_4_ranks(tmp_path):
     assert one["deallocated_output_bytes"] == [8 * 2 * 16 * 32 * 4] * 3 + [0]
 
 
-def test_interleaved_pp2_both_directions_on_one_pair_with_shape_messages(tmp_path):
+def test_two_ranks_interleaved_shape_messages_and_trace_prediction(tmp_path):
+    """pp = 2: interleaving joins both directions on one pair of ranks; one rank per core also makes
+    measured service times an honest model, so the simulator must predict the traced makespan."""
     runs = [["--schedule", "interleaved", "--chunks", "2", "--microbatches", "4", "--steps", "2", "--check-grads",
              "--send-shapes", *SMALL, "--json", str(tmp_path / "i.json")],
             ["--schedule", "1f1b", "--microbatches", "3", "--steps", "1", "--check-grads", "--no-deallocate", *SMALL,
-             "--json", str(tmp_path / "o.json")]]
+             "--json", str(tmp_path / "o.json")],
+            ["--schedule", "1f1b", "--microbatches", "8", "--steps", "4", "--layers", "4", "--hidden", "128",
+             "--seq-len", "64", "--trace", str(tmp_path / "t.json")]]
     run_worker(2, runs)
+    trace = load(tmp_path / "t.json")
+    predicted = predict_from_trace(trace)
+    assert abs(predicted / trace["makespan"] - 1) <= 0.10, (predicted, trace["makespan"])
     inter, plain = load(tmp_path / "i.json"), load(tmp_path / "o.json")
     assert inter["grads_match"] and inter["grads_bitwise"][0] == inter["grads_bitwise"][1]
     assert inter["peak_activations"] == [5, 3]

@@ -1,0 +1,184 @@
+"""The balancer (M050): the contiguous layout whose slowest stage is as fast as possible.
+
+The model is a sequence of items ``E, t0, t1, ..., t(n-1), L`` with a time each; a layout cuts it
+into ``pp * v`` contiguous, non-empty stages.  Any such cut keeps ``E`` on the first stage and
+``L`` on the last, so the pins come for free.  Dynamic programming over (stages used, items
+covered) finds the cut minimising the slowest stage exactly; the result is simulated next to the
+even split so the gain is a step time and a bubble, not a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..schedules import build_schedule
+from ..sim import simulate
+from .spec import Layout, LayoutError, StageSpec
+
+
+@dataclass(frozen=True)
+class ItemTimes:
+    """Forward and backward time of one microbatch through each item: E, then each layer, then L."""
+
+    fwd: tuple[float, ...]
+    bwd: tuple[float, ...]
+
+    @classmethod
+    def uniform(cls, layers: int, layer_fwd: float = 1.0, embedding_fwd: float = 0.0, loss_fwd: float = 0.0,
+                bwd_ratio: float = 2.0) -> ItemTimes:
+        fwd = (embedding_fwd, *([layer_fwd] * layers), loss_fwd)
+        return cls(fwd, tuple(bwd_ratio * f for f in fwd))
+
+    @property
+    def layers(self) -> int:
+        return len(self.fwd) - 2
+
+    def scaled(self, factor: float) -> ItemTimes:
+        """The same times in another unit (``scaled(1e3)``: seconds to milliseconds)."""
+        return ItemTimes(tuple(f * factor for f in self.fwd), tuple(b * factor for b in self.bwd))
+
+
+@dataclass
+class Plan:
+    """A layout with its simulated step."""
+
+    layout: Layout
+    stage_fwd: list[float]
+    stage_bwd: list[float]
+    makespan: float
+    bubble_fraction: float
+
+    @property
+    def stage_times(self) -> list[float]:
+        return [f + b for f, b in zip(self.stage_fwd, self.stage_bwd)]
+
+    @property
+    def slowest_stage(self) -> float:
+        return max(self.stage_times)
+
+
+def layout_from_cuts(cuts: list[int], layers: int) -> Layout:
+    """Stages from cut points over the item sequence (item 0 = E, items 1..n = layers, item n+1 = L)."""
+    stages = []
+    bounds = [0, *cuts, layers + 2]
+    for k in range(len(bounds) - 1):
+        lo, hi = bounds[k], bounds[k + 1]
+        first_layer, last_layer = max(lo, 1) - 1, min(hi, layers + 1) - 1
+        stages.append(StageSpec(lo == 0, range(first_layer, max(first_layer, last_layer)), hi == layers + 2))
+    return Layout(tuple(stages))
+
+
+def plan_for(layout: Layout, items: ItemTimes, pp: int, microbatches: int, p2p_latency: float = 0.0) -> Plan:
+    """Simulate ``layout`` with ``items``' times: 1F1B for one chunk per rank, interleaved for more."""
+    if layout.num_layers != items.layers:
+        raise LayoutError(f"the layout has {layout.num_layers} layers but the item times cover {items.layers}")
+    layout.check(pp)
+    fwd, bwd = [], []
+    for st in layout.stages:
+        idx = ([0] if st.embedding else []) + [i + 1 for i in st.layers] + ([items.layers + 1] if st.loss else [])
+        fwd.append(sum(items.fwd[i] for i in idx))
+        bwd.append(sum(items.bwd[i] for i in idx))
+    chunks = layout.chunks(pp)
+    sched = build_schedule("interleaved" if chunks > 1 else "1f1b", pp, microbatches, chunks if chunks > 1 else None)
+    res = simulate(sched, fwd=fwd, bwd=bwd, p2p_latency=p2p_latency)
+    return Plan(layout, fwd, bwd, res.makespan, res.bubble_fraction)
+
+
+def best_cuts(costs: list[float], parts: int) -> list[int]:
+    """Cut ``costs`` into ``parts`` contiguous non-empty pieces minimising the largest piece sum (exact DP;
+    ties broken towards the smoothest cut)."""
+    n = len(costs)
+    if not 1 <= parts <= n:
+        raise LayoutError(f"cannot cut {n} items (E, {n - 2} layers, L) into {parts} non-empty stages")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[k][j]: smallest possible slowest stage when the first j items form k stages
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for j in range(k, n - (parts - k) + 1):
+            row, value, arg = best[k - 1], inf, k - 1
+            for i in range(j - 1, k - 2, -1):  # the last stage is items i .. j-1
+                piece = prefix[j] - prefix[i]
+                if piece >= value:
+                    break  # pieces only grow as i moves left
+                candidate = max(piece, row[i])
+                if candidate < value:
+                    value, arg = candidate, i
+            best[k][j], cut[k][j] = value, arg
+    return _smoothest_cuts(prefix, parts, best[parts][n])
+
+
+def _smoothest_cuts(prefix: list[float], parts: int, limit: float) -> list[int]:
+    """Among cuts whose every piece is at most ``limit`` (the optimum), the one with the smallest sum of
+    squared piece times: as even as possible below the bottleneck, not just any optimum."""
+    n = len(prefix) - 1
+    limit += 1e-9 * max(1.0, abs(limit))
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for j in range(k, n - (parts - k) + 1):
+            row, value, arg = best[k - 1], inf, k - 1
+            for i in range(j - 1, k - 2, -1):
+                piece = prefix[j] - prefix[i]
+                if piece > limit:
+                    break
+                candidate = row[i] + piece * piece
+                if candidate < value:
+                    value, arg = candidate, i
+            best[k][j], cut[k][j] = value, arg
+    cuts, j = [], n
+    for k in range(parts, 0, -1):
+        j = cut[k][j]
+        cuts.append(j)
+    return sorted(cuts)[1:]  # drop the leading 0
+
+
+@dataclass
+class Balance:
+    best: Plan
+    even: Plan
+
+    def report(self) -> str:
+        lines = [f"{'':<9} {'layout':<48} {'slowest stage':>13} {'step time':>10} {'bubble':>7}"]
+        for name, plan in (("even", self.even), ("balanced", self.best)):
+            text = str(plan.layout)
+            text = text if len(text) <= 48 else text[:45] + "..."
+            lines.append(f"{name:<9} {text:<48} {plan.slowest_stage:>13.4g} {plan.makespan:>10.4g} "
+                         f"{plan.bubble_fraction:>7.3f}")
+        lines.append(f"balanced layout: {self.best.layout}")
+        lines.append("per-stage time (fwd+bwd per microbatch), even -> balanced:")
+        for k, (a, b) in enumerate(zip(self.even.stage_times, self.best.stage_times)):
+            lines.append(f"  stage {k:>2}: {a:>10.4g} -> {b:>10.4g}   {self.even.layout.stages[k].text():>8} -> "
+                         f"{self.best.layout.stages[k].text()}")
+        gain = self.even.makespan / self.best.makespan
+        lines.append(f"predicted speedup of the step: {gain:.3f}x")
+        return "\n".join(lines)
+
+
+def even_split(layers: int, stages: int) -> Layout:
+    """The even split, or as even as it gets (earlier stages take the extra layers)."""
+    base, extra = divmod(layers, stages)
+    out, start = [], 0
+    for k in range(stages):
+        n = base + (1 if k < extra else 0)
+        out.append(StageSpec(k == 0, range(start, start + n), k == stages - 1))
+        start += n
+    return Layout(tuple(out))
+
+
+def balance(items: ItemTimes, pp: int, chunks: int = 1, microbatches: int | None = None,
+            p2p_latency: float = 0.0) -> Balance:
+    """Find the layout minimising the slowest of the ``pp * chunks`` stages and compare it to the even split."""
+    stages = pp * chunks
+    microbatches = microbatches or 2 * pp
+    costs = [f + b for f, b in zip(items.fwd, items.bwd)]
+    layout = layout_from_cuts(best_cuts(costs, stages), items.layers)
+    best = plan_for(layout, items, pp, microbatches, p2p_latency)
+    even = plan_for(even_split(items.layers, stages), items, pp, microbatches, p2p_latency)
+    return Balance(best, even)

@@ -1,0 +1,149 @@
+"""``python -m pipeline_kit layout | balance | speedup``: layouts and imbalance from the command line."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from ..argtypes import UsageError, non_negative_float, positive_float, positive_int
+from .balance import ItemTimes, balance, plan_for
+from .costs import (
+    PRESETS,
+    ModelSpec,
+    boundary_bytes,
+    format_table,
+    layer_flops_per_token,
+    load_model_spec,
+    loss_flops_per_token,
+    stage_costs,
+)
+from .measure import TraceError, format_services, item_times_from_trace, load_trace, predict_from_trace, service_times
+from .spec import LayoutError, even_layout, parse_layout, uneven_layout
+from .speedup import decompose_speedup, format_factors
+
+PRESET_HELP = "; ".join(f"{name}: {text}" for name, (_, text) in PRESETS.items())
+
+
+def _config(name: str | None, layers: int | None = None) -> ModelSpec:
+    try:
+        spec = load_model_spec(name) if name else ModelSpec()
+    except LayoutError as exc:
+        raise UsageError(str(exc)) from None
+    if name is None and layers is not None:
+        spec = replace(spec, layers=layers)
+    return spec
+
+
+def add_layout_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("layout", nargs="?", metavar="LAYOUT",
+                   help="e.g. 'Et*2|t*2|t*2|t*2L'; leave it out for Megatron's even (or --first/--last) split")
+    p.add_argument("--pp", type=positive_int, required=True, help="pipeline-parallel size: stage k -> rank k %% pp")
+    p.add_argument("--config", metavar="FILE_OR_PRESET", help=f"model (JSON file or preset). {PRESET_HELP}")
+    p.add_argument("--chunks", type=positive_int, default=1, help="virtual stages per rank for a generated split")
+    p.add_argument("--first-stage-layers", type=positive_int, help="decoder layers on the first stage (uneven split)")
+    p.add_argument("--last-stage-layers", type=positive_int, help="decoder layers on the last stage (uneven split)")
+    p.add_argument("--microbatches", type=positive_int, default=16, help="for the P2P volume per step (default 16)")
+
+
+def cmd_layout(args: argparse.Namespace) -> int:
+    try:
+        if args.layout:
+            layout = parse_layout(args.layout)
+            spec = _config(args.config, layout.num_layers)
+            layout.check(args.pp, spec.layers)
+        else:
+            spec = _config(args.config)
+            stages = args.pp * args.chunks
+            if args.first_stage_layers or args.last_stage_layers:
+                layout = uneven_layout(spec.layers, stages, args.first_stage_layers, args.last_stage_layers)
+            else:
+                layout = even_layout(spec.layers, stages)
+    except LayoutError as exc:
+        raise UsageError(f"argument LAYOUT: {exc}") from None
+    print(f"layout {layout}  ({layout.num_stages} stages on pp={args.pp}: {layout.chunks(args.pp)} chunk(s) per rank; "
+          f"{spec.layers} layers, hidden {spec.hidden}, vocab {spec.vocab}, seq {spec.seq_len}, "
+          f"micro-batch {spec.micro_batch_size}, {spec.dtype_bytes}-byte activations)")
+    print(format_table(stage_costs(layout, spec, args.pp), spec, args.microbatches, layout))
+    return 0
+
+
+def _model_item_times(spec: ModelSpec, tflops: float) -> ItemTimes:
+    """Forward/backward seconds per microbatch of each item from its FLOPs at ``tflops`` achieved."""
+    tokens = spec.seq_len * spec.micro_batch_size
+    per = 1.0 / (tflops * 1e12)
+    layer = tokens * layer_flops_per_token(spec) * per
+    loss = tokens * loss_flops_per_token(spec) * per
+    return ItemTimes.uniform(spec.layers, layer_fwd=layer, embedding_fwd=0.0, loss_fwd=loss)
+
+
+def add_balance_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE_OR_PRESET", required=True, help=f"model (JSON file or preset). {PRESET_HELP}")
+    p.add_argument("--pp", type=positive_int, required=True)
+    p.add_argument("--chunks", type=positive_int, default=1, help="virtual stages per rank (default 1)")
+    p.add_argument("--microbatches", type=positive_int, default=None, help="microbatches per step (default 2 * pp)")
+    p.add_argument("--trace", metavar="FILE", help="per-layer times from a pipeline_kit.run trace instead of FLOPs")
+    p.add_argument("--tflops", type=positive_float, default=100.0,
+                   help="achieved TFLOP/s per device for the FLOPs model (default 100)")
+    p.add_argument("--p2p-latency", type=non_negative_float, default=0.0, help="seconds per transfer (default 0)")
+
+
+def cmd_balance(args: argparse.Namespace) -> int:
+    spec = _config(args.config)
+    if args.trace:
+        try:
+            trace = load_trace(args.trace)
+            run_layout = parse_layout(trace.get("layout") or str(even_layout(trace["layers"], trace["pp"])))
+            services = service_times(trace)
+            items = item_times_from_trace(services, run_layout)
+        except (TraceError, LayoutError, KeyError) as exc:
+            raise UsageError(f"argument --trace: {exc}") from None
+        if items.layers != spec.layers:
+            raise UsageError(f"argument --trace: the traced run had {items.layers} layers but --config has "
+                             f"{spec.layers}")
+        print(f"measured service times per stage (trace of {trace['schedule']}, layout {run_layout}):")
+        print(format_services(services))
+        print(f"simulated from these times: {predict_from_trace(trace) * 1e3:.1f} ms; measured makespan "
+              f"{trace['makespan'] * 1e3:.1f} ms")
+        items = items.scaled(1e3)
+        source = "measured per-layer times"
+    else:
+        items = _model_item_times(spec, args.tflops).scaled(1e3)
+        source = f"FLOPs at {args.tflops:g} TFLOP/s"
+    try:
+        result = balance(items, args.pp, args.chunks, args.microbatches, args.p2p_latency * 1e3)
+    except LayoutError as exc:
+        raise UsageError(str(exc)) from None
+    microbatches = args.microbatches or 2 * args.pp
+    print(f"balancing {spec.layers} layers over pp={args.pp} x {args.chunks} chunk(s), {microbatches} microbatches, "
+          f"{source} (times in ms)")
+    print(result.report())
+    return 0
+
+
+def add_speedup_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE_OR_PRESET", default="seed-pp8", help="model (default seed-pp8)")
+    p.add_argument("--layout", help="layout (default: the even split)")
+    p.add_argument("--pp", type=positive_int, default=8)
+    p.add_argument("--microbatches", type=positive_int, default=16)
+    p.add_argument("--measured", type=positive_float, help="the measured speedup over one device (e.g. 2.59)")
+    p.add_argument("--tflops", type=positive_float, default=100.0, help="achieved TFLOP/s per device (default 100)")
+    p.add_argument("--p2p-latency-us", type=non_negative_float, default=0.0, help="fixed cost per transfer, us")
+    p.add_argument("--p2p-gbps", type=positive_float, default=None, help="P2P bandwidth in GB/s (bytes/transfer / this)")
+
+
+def cmd_speedup(args: argparse.Namespace) -> int:
+    spec = _config(args.config)
+    try:
+        layout = parse_layout(args.layout) if args.layout else even_layout(spec.layers, args.pp)
+        layout.check(args.pp, spec.layers)
+    except LayoutError as exc:
+        raise UsageError(f"argument --layout: {exc}") from None
+    if layout.num_stages != args.pp:
+        raise UsageError("argument --layout: the decomposition is for one chunk per rank (pp stages)")
+    plan = plan_for(layout, _model_item_times(spec, args.tflops), args.pp, args.microbatches)
+    latency = args.p2p_latency_us * 1e-6 + (boundary_bytes(spec) / (args.p2p_gbps * 1e9) if args.p2p_gbps else 0.0)
+    rows = decompose_speedup(args.pp, args.microbatches, plan.stage_fwd, plan.stage_bwd, latency, args.measured)
+    print(f"speedup of pp={args.pp}, M={args.microbatches} over one device, layout {layout}, {args.tflops:g} TFLOP/s, "
+          f"P2P {latency * 1e6:.1f} us per transfer")
+    print(format_factors(rows))
+    return 0

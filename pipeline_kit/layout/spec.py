@@ -1,0 +1,208 @@
+"""Megatron-style pipeline layouts: which layers live on which stage, written as a string (M050).
+
+``"Et*3|t*4|t*4|t*3L"`` reads: stage 0 holds the embedding and 3 decoder layers, stages 1 and 2
+hold 4 layers each, stage 3 holds 3 layers and the loss/output layer.  Stages are separated by
+``|``; ``E`` is the embedding, ``t`` a decoder layer, ``L`` the loss (final norm + output layer);
+``x*n`` repeats one item and ``(...)*n`` repeats a group, which may contain ``|``
+(``"E|(t*2|)*6t*2L"``).  As in Megatron's ``--pipeline-model-parallel-layout``, stage ``k`` goes
+to rank ``k % pp`` as model chunk ``k // pp``, so the number of stages fixes the virtual size.
+
+Every error names the position in the string and the rule broken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SYMBOLS = {"E": "embedding", "t": "decoder layer", "L": "loss / output layer"}
+
+
+class LayoutError(ValueError):
+    """A layout string breaks a rule; the message names the position (1-based) and the rule."""
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What one stage holds: the embedding?, a contiguous range of decoder layers, the loss?"""
+
+    embedding: bool
+    layers: range
+    loss: bool
+
+    def text(self) -> str:
+        n = len(self.layers)
+        body = "" if n == 0 else ("t" if n == 1 else f"t*{n}")
+        return ("E" if self.embedding else "") + body + ("L" if self.loss else "")
+
+
+@dataclass(frozen=True)
+class Layout:
+    stages: tuple[StageSpec, ...]
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def num_layers(self) -> int:
+        return sum(len(s.layers) for s in self.stages)
+
+    def chunks(self, pp: int) -> int:
+        return self.num_stages // pp
+
+    def owner(self, stage: int, pp: int) -> tuple[int, int]:
+        """``(rank, chunk)`` of ``stage``: rank ``stage % pp``, chunk ``stage // pp``."""
+        return stage % pp, stage // pp
+
+    def __str__(self) -> str:
+        return "|".join(s.text() for s in self.stages)
+
+    def check(self, pp: int | None = None, layers: int | None = None) -> Layout:
+        """Check the layout against a pipeline size and a model's layer count."""
+        if layers is not None and self.num_layers != layers:
+            raise LayoutError(f"the layout has {self.num_layers} decoder layers (t) but the model has {layers}")
+        if pp is not None and self.num_stages % pp:
+            raise LayoutError(f"the layout has {self.num_stages} stages, which pp={pp} does not divide: stage k goes to "
+                              f"rank k % pp as chunk k // pp, so every rank needs the same number of stages")
+        return self
+
+
+def _expand(text: str) -> list[tuple[str, int]]:
+    """Expand repeats: ``[(symbol, 1-based position in text), ...]`` with ``|`` kept as a symbol."""
+    pos = 0
+
+    def number(at: int) -> int:
+        nonlocal pos
+        start = pos
+        while pos < len(text) and text[pos].isdigit():
+            pos += 1
+        if start == pos:
+            raise LayoutError(f"position {at}: '*' must be followed by a repeat count, e.g. t*4")
+        value = int(text[start:pos])
+        if value < 1:
+            raise LayoutError(f"position {start + 1}: a repeat count must be at least 1, got {value}")
+        return value
+
+    def sequence(opened_at: int | None) -> list[tuple[str, int]]:
+        nonlocal pos
+        out: list[tuple[str, int]] = []
+        while pos < len(text):
+            ch = text[pos]
+            if ch.isspace():
+                pos += 1
+                continue
+            if ch == ")":
+                if opened_at is None:
+                    raise LayoutError(f"position {pos + 1}: ')' without a matching '('")
+                return out
+            at = pos + 1
+            if ch == "(":
+                pos += 1
+                group = sequence(opened_at=at)
+                pos += 1  # the ')'
+                item = group
+            elif ch in SYMBOLS or ch == "|":
+                pos += 1
+                item = [(ch, at)]
+            elif ch == "*":
+                raise LayoutError(f"position {at}: '*' must follow an item (E, t, L or a group in parentheses)")
+            else:
+                hint = " (this kit's model has no MTP layers)" if ch == "m" else ""
+                raise LayoutError(f"position {at}: unknown symbol {ch!r}{hint}; a layout uses E (embedding), "
+                                  f"t (decoder layer), L (loss), | (stage boundary), x*n and (...)*n")
+            if pos < len(text) and text[pos] == "*":
+                star = pos + 1
+                pos += 1
+                item = item * number(star)
+            out.extend(item)
+        if opened_at is not None:
+            raise LayoutError(f"position {opened_at}: '(' is never closed")
+        return out
+
+    return sequence(opened_at=None)
+
+
+def parse_layout(text: str, pp: int | None = None, layers: int | None = None) -> Layout:
+    """Parse and validate a layout string (see the module docstring for the rules)."""
+    if not text or not text.strip():
+        raise LayoutError("the layout is empty; write stages like 'Et*2|t*2|t*2L'")
+    symbols = _expand(text)
+    stage_items: list[list[tuple[str, int]]] = [[]]
+    bars: list[int] = []
+    for sym, at in symbols:
+        if sym == "|":
+            stage_items.append([])
+            bars.append(at)
+        else:
+            stage_items[-1].append((sym, at))
+    last = len(stage_items) - 1
+    stages, next_layer = [], 0
+    seen_e = seen_l = None
+    for k, items in enumerate(stage_items):
+        if not items:
+            where = (f"before the '|' at position {bars[0]}" if k == 0 else
+                     f"after the '|' at position {bars[k - 1]}")
+            raise LayoutError(f"stage {k} ({where}) is empty; every stage needs an E, a t or an L")
+        emb = loss = False
+        n = 0
+        for i, (sym, at) in enumerate(items):
+            if sym == "E":
+                if seen_e is not None:
+                    raise LayoutError(f"position {at}: a second E (the first is at position {seen_e}); "
+                                      f"the model has one embedding")
+                if k != 0 or i != 0:
+                    raise LayoutError(f"position {at}: E must be the first item of the first stage (found in stage {k})")
+                seen_e, emb = at, True
+            elif sym == "L":
+                if seen_l is not None:
+                    raise LayoutError(f"position {at}: a second L (the first is at position {seen_l}); "
+                                      f"the model has one loss")
+                if k != last or i != len(items) - 1:
+                    raise LayoutError(f"position {at}: L must be the last item of the last stage (found in stage {k})")
+                seen_l, loss = at, True
+            else:
+                n += 1
+        stages.append(StageSpec(emb, range(next_layer, next_layer + n), loss))
+        next_layer += n
+    if seen_e is None:
+        raise LayoutError("position 1: the layout has no E; the first stage must start with the embedding")
+    if seen_l is None:
+        raise LayoutError(f"position {len(text)}: the layout has no L; the last stage must end with the loss")
+    return Layout(tuple(stages)).check(pp, layers)
+
+
+def even_layout(layers: int, stages: int) -> Layout:
+    """Megatron's default: the same number of decoder layers on every stage (it must divide)."""
+    if stages < 1 or layers % stages:
+        raise LayoutError(f"an even split needs the layer count ({layers}) to be a multiple of the stage count "
+                          f"({stages})")
+    return uneven_layout(layers, stages)
+
+
+def uneven_layout(layers: int, stages: int, first: int | None = None, last: int | None = None) -> Layout:
+    """Megatron's ``--decoder-first/last-pipeline-num-layers``: fix the end stages, split the rest evenly."""
+    if stages < 1:
+        raise LayoutError(f"need at least one stage, got {stages}")
+    counts = [None] * stages
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        if stages == 1 and first is not None and first != last:
+            raise LayoutError("with one stage, first and last are the same stage")
+        counts[-1] = last
+    fixed = sum(c for c in counts if c is not None)
+    free = [i for i, c in enumerate(counts) if c is None]
+    rest = layers - fixed
+    if rest < 0 or (free and rest % len(free)) or (not free and rest):
+        raise LayoutError(f"{layers} layers with first={first} last={last} leave {rest} for {len(free)} middle "
+                          f"stage(s), which must split evenly")
+    for i in free:
+        counts[i] = rest // len(free)
+    out, start = [], 0
+    for k, n in enumerate(counts):
+        out.append(StageSpec(k == 0, range(start, start + n), k == stages - 1))
+        start += n
+    for k, s in enumerate(out):
+        if not (s.embedding or s.loss or len(s.layers)):
+            raise LayoutError(f"stage {k} would be empty")
+    return Layout(tuple(out))
