@@ -36,10 +36,10 @@ from .sim import CostError, Costs, simulate
 
 
 # -- schedule options shared by `schedule` and `simulate` ---------------------------------------
-def add_schedule_args(p: argparse.ArgumentParser) -> None:
+def add_schedule_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="schedule family (default 1f1b)")
-    p.add_argument("--pp", type=positive_int, required=True, help="pipeline-parallel size (ranks)")
-    p.add_argument("--microbatches", "-m", type=positive_int, required=True, help="microbatches per step")
+    p.add_argument("--pp", type=positive_int, required=required, help="pipeline-parallel size (ranks)")
+    p.add_argument("--microbatches", "-m", type=positive_int, required=required, help="microbatches per step")
     p.add_argument("--chunks", "-v", type=positive_int, default=None,
                    help="model chunks per rank (virtual pipeline size), interleaved only; default 2")
     p.add_argument("--group", type=positive_int, default=None,
@@ -113,8 +113,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_simulate_args(p: argparse.ArgumentParser) -> None:
-    add_schedule_args(p)
+def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    add_schedule_args(p, required)
     p.add_argument("--fwd", type=non_negative_float, default=1.0,
                    help="forward time of one microbatch through one rank's whole share (default 1.0)")
     p.add_argument("--bwd", type=non_negative_float, default=2.0, help="full backward time, same convention (default 2.0)")
@@ -149,6 +149,61 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_draw_args(p: argparse.ArgumentParser) -> None:
+    add_simulate_args(p, required=False)
+    p.add_argument("--trace", metavar="FILE", help="draw a pipeline_kit.run --trace file instead of a simulation")
+    p.add_argument("-o", "--output", metavar="FILE", help="image to write: .png or .svg (or .pdf)")
+    p.add_argument("--perfetto", metavar="FILE", help="also write Chrome trace / Perfetto JSON")
+    p.add_argument("--arrows", action="store_true", help="draw P2P transfers as arrows (simulations)")
+    p.add_argument("--phases", action="store_true", help="mark warmup / steady / cooldown per rank")
+    p.add_argument("--first-backward", action="store_true", help="mark where the first backward starts (M043)")
+    p.add_argument("--memory", action="store_true", help="draw live activations per rank instead of the timeline")
+    p.add_argument("--dpi", type=positive_int, default=120)
+
+
+def cmd_draw(args: argparse.Namespace) -> int:
+    if not args.output and not args.perfetto:
+        raise UsageError("nothing to write: give -o FILE (.png/.svg/.pdf) and/or --perfetto FILE")
+    if args.output and not args.output.lower().endswith((".png", ".svg", ".pdf")):
+        raise UsageError(f"argument -o: {args.output!r} must end in .png, .svg or .pdf")
+    if not args.trace and (args.pp is None or args.microbatches is None):
+        raise UsageError("give --pp and --microbatches (a schedule to simulate) or --trace FILE")
+    try:
+        from .viz import Timeline, draw_memory, draw_timeline, to_chrome_trace
+    except ImportError as exc:
+        raise UsageError(f"drawing needs matplotlib ({exc}); install the kit with pip install -r requirements.txt") from None
+    if args.trace:
+        from .layout.measure import TraceError, load_trace
+        try:
+            tl = Timeline.from_trace(load_trace(args.trace))
+        except TraceError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        sched = schedule_from_args(args)
+        try:
+            tl = Timeline.from_sim(simulate(sched, costs_from_args(args, sched)))
+        except CostError as exc:
+            raise UsageError(str(exc)) from None
+    if args.output:
+        if args.memory:
+            fig = draw_memory({tl.title: tl})
+        else:
+            fig = draw_timeline(tl, arrows=args.arrows, phases=args.phases, first_backward=args.first_backward).figure
+        try:
+            fig.savefig(args.output, dpi=args.dpi)
+        except OSError as exc:
+            raise UsageError(f"argument -o: cannot write {args.output!r}: {exc.strerror}") from None
+        print(f"wrote {args.output} ({len(tl.ops)} ops, {tl.pp} ranks, makespan {tl.makespan:.4g} {tl.unit})")
+    if args.perfetto:
+        try:
+            with open(args.perfetto, "w", encoding="utf-8") as fh:
+                json.dump(to_chrome_trace(tl), fh)
+        except OSError as exc:
+            raise UsageError(f"argument --perfetto: cannot write {args.perfetto!r}: {exc.strerror}") from None
+        print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """A tour: PP4/M8 orders, then the four schedules compared on the seeds' PP8/M16 case."""
     for name in ("gpipe", "1f1b"):
@@ -179,6 +234,7 @@ COMMANDS: list[Command] = [
     ("validate", "check a schedule written in the text form (or JSON)",
      lambda p: p.add_argument("file", metavar="FILE", help="schedule file: 'r0: F0 F1 B0 ...' lines, or JSON"),
      cmd_validate),
+    ("draw", "draw a simulated schedule or a real trace: PNG/SVG, Perfetto JSON", add_draw_args, cmd_draw),
     ("demo", "a short tour of the schedules (the README's main job until the book lands)", lambda p: None, cmd_demo),
     ("layout", "per-stage table of a Megatron-style layout: params, FLOPs, activation and P2P bytes",
      layout_commands.add_layout_args, layout_commands.cmd_layout),

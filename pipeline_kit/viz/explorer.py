@@ -1,0 +1,116 @@
+"""The schedule explorer: change pp, M, chunks, F:B, a slow stage, P2P latency -- see the step change.
+
+:func:`render` is the pure part (a figure and a metrics dict), so it is benchmarked and tested
+without a kernel; :func:`explorer` wraps it in ipywidgets for a live notebook.  Where no kernel
+runs (the static book), :func:`animation_html` gives a self-contained JS/HTML animation that
+steps through a schedule slot by slot.
+"""
+
+from __future__ import annotations
+
+from matplotlib.animation import FuncAnimation
+from matplotlib.figure import Figure
+
+from ..schedules import ScheduleConfigError, build_schedule
+from ..sim import simulate
+from .timeline import Timeline, draw_timeline
+
+
+def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: int = 2, fb_ratio: float = 2.0,
+           slow_stage: int = -1, slowdown: float = 1.0, p2p_latency: float = 0.0) -> tuple[Figure, dict]:
+    """Simulate and draw one configuration; ``slow_stage = -1`` means every stage is equal."""
+    try:
+        sched = build_schedule(schedule, pp, microbatches, chunks if schedule == "interleaved" else None)
+    except ScheduleConfigError as exc:
+        fig = Figure(figsize=(8, 1.6))
+        fig.text(0.02, 0.5, f"not a valid configuration: {exc}", fontsize=9, wrap=True, va="center")
+        return fig, {"error": str(exc)}
+    factors = [1.0] * pp
+    if 0 <= slow_stage < pp:
+        factors[slow_stage] = slowdown
+    res = simulate(sched, fwd=factors, bwd=[fb_ratio * f for f in factors], p2p_latency=p2p_latency)
+    fig = Figure(figsize=(11, 0.42 * pp + 1.5), dpi=90)
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.08, right=0.83, bottom=0.55 / (0.42 * pp + 1.5), top=1 - 0.35 / (0.42 * pp + 1.5))
+    draw_timeline(Timeline.from_sim(res), ax, labels="auto", tight=False)
+    metrics = {"makespan": res.makespan, "ideal_time": res.ideal_time, "bubble_fraction": res.bubble_fraction,
+               "bubble_over_ideal": res.bubble_over_ideal, "peak_activations": res.peak_activations,
+               "formula": None if schedule == "zb-h1" else (pp - 1) / (sched.chunks * microbatches + pp - 1)}
+    return ax.figure, metrics
+
+
+def metrics_html(metrics: dict) -> str:
+    if "error" in metrics:
+        return f"<p><b>not a valid configuration:</b> {metrics['error']}</p>"
+    rows = [("makespan", f"{metrics['makespan']:.4g}"), ("ideal time (busiest rank)", f"{metrics['ideal_time']:.4g}"),
+            ("bubble fraction (idle / total)", f"{metrics['bubble_fraction']:.4f}"),
+            ("bubble / ideal (Megatron)", f"{metrics['bubble_over_ideal']:.4f}"),
+            ("textbook formula", "-" if metrics["formula"] is None else f"{metrics['formula']:.4f}"),
+            ("peak live activations per rank", str(metrics["peak_activations"]))]
+    body = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def explorer():
+    """An ipywidgets panel: controls on top, the timeline and a metrics table below."""
+    import ipywidgets as w
+    from IPython.display import HTML, display
+
+    controls = {
+        "schedule": w.Dropdown(options=["gpipe", "1f1b", "interleaved", "zb-h1"], value="1f1b", description="schedule"),
+        "pp": w.IntSlider(value=4, min=1, max=8, description="pp"),
+        "microbatches": w.IntSlider(value=8, min=1, max=32, description="microbatches"),
+        "chunks": w.IntSlider(value=2, min=2, max=4, description="chunks (v)"),
+        "fb_ratio": w.FloatSlider(value=2.0, min=0.5, max=4.0, step=0.25, description="B / F"),
+        "slow_stage": w.IntSlider(value=-1, min=-1, max=7, description="slow stage"),
+        "slowdown": w.FloatSlider(value=1.5, min=1.0, max=4.0, step=0.25, description="slowdown"),
+        "p2p_latency": w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05, description="P2P latency"),
+    }
+    out = w.Output()
+
+    def update(_=None):
+        fig, metrics = render(**{k: c.value for k, c in controls.items()})
+        with out:
+            out.clear_output(wait=True)
+            display(fig)
+            display(HTML(metrics_html(metrics)))
+
+    for c in controls.values():
+        c.observe(update, names="value")
+    update()
+    return w.VBox([w.HBox(list(controls.values())[:4]), w.HBox(list(controls.values())[4:]), out])
+
+
+def animate(tl: Timeline, max_frames: int = 60, interval_ms: int = 250) -> FuncAnimation:
+    """Reveal the timeline slot by slot: frame k shows every op started by the k-th start time."""
+    ax = draw_timeline(tl)
+    fig = ax.figure
+    starts = sorted({o["start"] for o in tl.ops})
+    if len(starts) > max_frames:
+        step = len(starts) / max_frames
+        starts = [starts[int(i * step)] for i in range(max_frames)] + [starts[-1]]
+    polys = [c for c in ax.collections if (c.get_gid() or "").startswith("ops:")]
+    kinds = [c.get_gid()[4:] for c in polys]
+    per_kind = {k: [o for o in tl.ops if o["kind"] == k] for k in kinds}
+    base = {k: c.get_facecolors().copy() for k, c in zip(kinds, polys)}
+    labels = [t for t in ax.texts if t.get_gid() == "label"]
+    label_ops = [o for k in kinds for o in per_kind[k]]
+    cursor = ax.axvline(0, color="black", lw=1.0)
+
+    def frame(i):
+        t = starts[i]
+        for k, c in zip(kinds, polys):
+            colors = base[k].copy()
+            colors[:, 3] = [1.0 if o["start"] <= t else 0.0 for o in per_kind[k]]
+            c.set_facecolors(colors)
+        for text, o in zip(labels, label_ops):
+            text.set_visible(o["start"] <= t)
+        cursor.set_xdata([t, t])
+        return [*polys, *labels, cursor]
+
+    return FuncAnimation(fig, frame, frames=len(starts), interval=interval_ms, blit=False)
+
+
+def animation_html(tl: Timeline, max_frames: int = 60) -> str:
+    """A self-contained HTML/JS player of :func:`animate` (no kernel needed)."""
+    return animate(tl, max_frames).to_jshtml(default_mode="once")

@@ -1,0 +1,74 @@
+"""Live activations per rank over time (M052): why 1F1B saves memory and interleaving costs some back.
+
+A microbatch-chunk's activations are live from the start of its forward until its backward ends
+(``B``, or ``W`` for a split backward) -- the same count the simulator and the runtime report.
+"""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from .timeline import Timeline
+
+RANK_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+
+def live_activations(tl: Timeline, rank: int) -> list[tuple[float, int]]:
+    """Step function ``[(time, live count from then on), ...]`` for ``rank``."""
+    events = []
+    done_by = {}
+    for o in tl.ops:
+        if o["rank"] != rank:
+            continue
+        if o["kind"] == "F":
+            events.append((o["start"], +1))
+        else:
+            key = (o["microbatch"], o["chunk"])
+            if o["kind"] in ("B", "W") or key not in done_by:
+                done_by[key] = o
+    for o in done_by.values():
+        if o["kind"] in ("B", "W"):
+            events.append((o["end"], -1))
+    net: dict[float, int] = {}
+    for t, d in events:  # a backward ending exactly when the next forward starts is one step, not a dip
+        net[t] = net.get(t, 0) + d
+    out, live = [(0.0, 0)], 0
+    for t in sorted(net):
+        if net[t]:
+            live += net[t]
+            out.append((t, live))
+    return out
+
+
+def peak(steps: list[tuple[float, int]]) -> tuple[float, int]:
+    return max(steps, key=lambda s: (s[1], -s[0]))
+
+
+def draw_memory(timelines: dict[str, Timeline], unit_per_chunk: bool = True) -> Figure:
+    """One panel per timeline, one step line per rank, each rank's peak marked.
+
+    With ``unit_per_chunk`` the count is scaled by ``1/chunks`` so panels compare in microbatches'
+    worth of one rank's share of the model (an interleaved chunk holds ``1/v`` of it).
+    """
+    names = list(timelines)
+    fig = Figure(figsize=(4.2 * len(names) + 1.2, 3.4))
+    axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
+    for ax, name in zip(axes, names):
+        tl = timelines[name]
+        scale = 1.0 / tl.chunks if unit_per_chunk else 1.0
+        for r in range(tl.pp):
+            steps = live_activations(tl, r)
+            xs = [t for t, _ in steps] + [tl.makespan]
+            ys = [n * scale for _, n in steps] + [steps[-1][1] * scale]
+            color = RANK_COLORS[r % len(RANK_COLORS)]
+            ax.step(xs, ys, where="post", color=color, lw=1.4, label=f"rank {r}", gid=f"memory:{r}")
+            t_peak, n_peak = peak(steps)
+            ax.plot([t_peak], [n_peak * scale], marker="o", color=color, ms=5, gid=f"peak:{r}")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel(tl.unit)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("live activations\n(microbatches of a rank's share)" if unit_per_chunk
+                       else "live activations (microbatch-chunks)")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig

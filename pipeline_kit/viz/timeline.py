@@ -1,0 +1,281 @@
+"""Gantt timelines of pipeline schedules, simulated or measured, drawn alike.
+
+One row per rank, time across.  Forward / backward / input-grad / weight-grad boxes have distinct
+colour-blind-safe colours (Okabe-Ito), carry their microbatch number, and get lighter with the
+model chunk; idle time is hatched grey -- the bubble you can see.  Optional: P2P arrows, the
+warmup / steady / cooldown phase of each rank, and the first backward (the M043 question).
+
+A :class:`Timeline` is built from a simulator result or from a ``pipeline_kit.run`` trace; both
+carry the same per-op fields, so a simulated and a real run stack on one time axis.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import PathPatch
+from matplotlib.path import Path
+from matplotlib.textpath import TextPath
+
+from ..sim import SimResult
+
+# Okabe & Ito (2008), distinguishable with every common colour-vision deficiency.
+KIND_COLORS = {"F": "#0072B2", "B": "#D55E00", "I": "#E69F00", "W": "#009E73"}
+KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad", "W": "weight-grad"}
+IDLE_COLOR = "#BBBBBB"
+PHASE_COLORS = {"warmup": "#56B4E9", "steady": "#CC79A7", "cooldown": "#F0E442"}
+
+
+@dataclass
+class Timeline:
+    """Per-op boxes of one step, whatever produced them.  Times in ``unit``."""
+
+    pp: int
+    chunks: int
+    ops: list[dict]  # rank, op, kind, microbatch, chunk, stage, start, end
+    transfers: list[dict] = field(default_factory=list)  # src, dst, start, end (simulated runs)
+    waits: list[dict] = field(default_factory=list)  # rank, start, end (measured runs)
+    title: str = ""
+    unit: str = "time"
+
+    @classmethod
+    def from_sim(cls, result: SimResult, title: str | None = None, unit: str = "time units") -> Timeline:
+        d = result.to_dict()
+        s = result.schedule
+        return cls(s.pp, s.chunks, d["timeline"], d["transfers"], [],
+                   title if title is not None else f"{s.name}, pp={s.pp}, M={s.microbatches}"
+                   + (f", v={s.chunks}" if s.chunks > 1 else ""), unit)
+
+    @classmethod
+    def from_trace(cls, trace: dict, title: str | None = None) -> Timeline:
+        """A ``pipeline_kit.run --trace`` file's content (times in seconds, drawn in ms).
+
+        A measured op starts by receiving its input; the box is drawn from the end of that wait, so
+        waiting shows as idle time (the bubble), exactly as in a simulated timeline.
+        """
+        scale = 1e3
+        waits = [{**w, "start": w["start"] * scale, "end": w["end"] * scale} for w in trace.get("waits", [])]
+        by_rank: dict[int, list[dict]] = {}
+        for w in waits:
+            by_rank.setdefault(w["rank"], []).append(w)
+        ops = []
+        for e in trace["timeline"]:
+            start, end = e["start"] * scale, e["end"] * scale
+            inside = [w["end"] for w in by_rank.get(e["rank"], ())
+                      if w["start"] >= start - 1e-9 and w["end"] <= end + 1e-9]
+            ops.append({**e, "start": max([start, *inside]), "end": end})
+        name = trace.get("schedule", "run")
+        return cls(trace["pp"], trace.get("chunks", 1), ops, [], waits,
+                   title if title is not None else f"measured: {name}, pp={trace['pp']}, M={trace['microbatches']}",
+                   "ms")
+
+    @property
+    def makespan(self) -> float:
+        return max((o["end"] for o in self.ops), default=0.0)
+
+    def rank_ops(self, rank: int) -> list[dict]:
+        return sorted((o for o in self.ops if o["rank"] == rank), key=lambda o: o["start"])
+
+    def idle_gaps(self, rank: int) -> list[tuple[float, float]]:
+        """Intervals where ``rank`` computes nothing, from 0 to the step's makespan."""
+        gaps, t = [], 0.0
+        for o in self.rank_ops(rank):
+            if o["start"] > t + 1e-12:
+                gaps.append((t, o["start"]))
+            t = max(t, o["end"])
+        if self.makespan > t + 1e-12:
+            gaps.append((t, self.makespan))
+        return gaps
+
+    def phases(self, rank: int) -> dict[str, tuple[float, float]]:
+        """Warmup, steady and cooldown of ``rank``, counted as Megatron's loops count them.
+
+        The steady state is a run of (forward, backward) pairs: it starts with the forward right
+        before the first backward and ends with the backward right after the last forward.  Warmup
+        is the forwards before it (none on the last rank), cooldown the backwards after it.
+        """
+        ops = self.rank_ops(rank)
+        backs = [i for i, o in enumerate(ops) if o["kind"] != "F"]
+        fwds = [i for i, o in enumerate(ops) if o["kind"] == "F"]
+        if not backs or not fwds:
+            return {}
+        steady_start = max(backs[0] - 1, 0)
+        steady_end = min(fwds[-1] + 2, len(ops))  # one past the backward after the last forward
+        out = {}
+        if steady_start > 0:
+            out["warmup"] = (ops[0]["start"], ops[steady_start]["start"])
+        out["steady"] = (ops[steady_start]["start"], ops[steady_end - 1]["end"])
+        if steady_end < len(ops):
+            out["cooldown"] = (ops[steady_end]["start"], ops[-1]["end"])
+        return out
+
+    def first_backward(self) -> dict | None:
+        backs = [o for o in self.ops if o["kind"] in ("B", "I")]
+        return min(backs, key=lambda o: (o["start"], -o["rank"])) if backs else None
+
+
+@functools.lru_cache(maxsize=512)
+def _number_marker(n: int) -> Path:
+    """The digits of ``n`` as a marker path, centred; built once per number (text layout is slow)."""
+    path = TextPath((0, 0), str(n), size=1.0)
+    (x0, y0), (x1, y1) = path.get_extents().get_points()
+    return Path(path.vertices - [(x0 + x1) / 2, (y0 + y1) / 2], path.codes)
+
+
+def _shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
+    """Lighter for later chunks: chunk 0 full colour, the last chunk mixed halfway with white."""
+    if chunks <= 1:
+        return to_rgb(color)
+    t = 0.55 * chunk / (chunks - 1)
+    r, g, b = to_rgb(color)
+    return (r + (1 - r) * t, g + (1 - g) * t, b + (1 - b) * t)
+
+
+def _box(x0: float, x1: float, y: float, h: float = 0.8):
+    return [(x0, y - h / 2), (x1, y - h / 2), (x1, y + h / 2), (x0, y + h / 2)]
+
+
+def _boxes_path(ops: list[dict], y_of: dict[int, int], h: float = 0.8) -> Path:
+    """All ``ops`` as closed rectangles in one path (5 vertices each), inset a little so neighbours separate."""
+    verts, codes = [], []
+    for o in ops:
+        x0, x1, y = o["start"], o["end"], y_of[o["rank"]]
+        inset = min(0.04 * (x1 - x0), 0.5 * (x1 - x0))
+        x0, x1 = x0 + inset / 2, x1 - inset / 2
+        verts += [(x0, y - h / 2), (x1, y - h / 2), (x1, y + h / 2), (x0, y + h / 2), (x0, y - h / 2)]
+        codes += [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
+    return Path(verts, codes)
+
+
+def count_boxes(patch) -> int:
+    """How many op boxes a drawn ``ops:*`` patch holds (for tests and tools)."""
+    return sum(1 for c in patch.get_path().codes if c == Path.MOVETO)
+
+
+def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = False, first_backward: bool = False,
+                  labels: bool | str = True, legend: bool = True, tight: bool = True):
+    """Draw ``tl`` on ``ax`` (a new figure if None) and return the axes.
+
+    ``labels``: True puts the microbatch number in every box; ``"auto"`` only in boxes wide enough
+    to read it.  ``tight=False`` skips ``tight_layout`` (the caller fixed the margins): together they
+    keep the explorer's redraw of a 1,000-box timeline under a fifth of a second.
+
+    Artists carry gids so tests and tools can find them: ``ops:F`` (one polygon per forward),
+    ``ops:B`` / ``ops:I`` / ``ops:W``, ``idle`` (the bubble), ``arrows``, ``phase:<rank>``.
+    """
+    if ax is None:
+        fig = Figure(figsize=(max(6.0, min(16.0, 0.25 * len(tl.ops) / max(tl.pp, 1) + 3)), 0.55 * tl.pp + 1.6))
+        ax = fig.subplots()
+    y_of = {r: tl.pp - 1 - r for r in range(tl.pp)}  # rank 0 on top
+    marks: dict[int, list] = {}  # microbatch -> [(x, y, ink)]: each box's label
+    # The bubble: each rank's row is hatched from 0 to the makespan and the opaque op boxes cover
+    # the busy parts, so every idle gap shows hatched (one hatched shape per rank, not per gap,
+    # keeps a fragmented timeline fast to draw).
+    rows = [_box(0.0, tl.makespan, y_of[r], 0.8) for r in range(tl.pp)]
+    coll = PolyCollection(rows, facecolors="white", edgecolors=IDLE_COLOR, hatch="////", linewidths=0.0, zorder=0.5)
+    coll.set_gid("idle")
+    ax.add_collection(coll)
+    min_width = 0.0
+    if labels == "auto":  # label only boxes at least ~12 pixels wide
+        min_width = 12.0 * (tl.makespan or 1.0) / (ax.figure.get_size_inches()[0] * ax.figure.dpi * 0.75)
+    for kind in "FBIW":
+        for chunk in range(tl.chunks):
+            ops = [o for o in tl.ops if o["kind"] == kind and o["chunk"] == chunk]
+            if not ops:
+                continue
+            # One compound path per (kind, chunk): a thousand boxes draw as fast as one.
+            face = _shade(KIND_COLORS[kind], chunk, tl.chunks)
+            patch = PathPatch(_boxes_path(ops, y_of), facecolor=face, edgecolor="none", gid=f"ops:{kind}:{chunk}")
+            ax.add_artist(patch)  # not add_patch: its per-segment autoscaling is slow, limits are set below
+            if labels:
+                ink = "black" if 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2] > 0.55 else "white"
+                for o in ops:
+                    if o["end"] - o["start"] >= min_width:
+                        marks.setdefault(o["microbatch"], []).append(((o["start"] + o["end"]) / 2, y_of[o["rank"]],
+                                                                      ink))
+    if marks:
+        # Text-shaped markers, one line artist per (microbatch number, ink): the renderer rasterises
+        # each glyph once and stamps it, so hundreds of labels cost milliseconds where one Text
+        # artist each would take most of a second.
+        w_in, h_in = ax.figure.get_size_inches()
+        row_pt = 72 * h_in * 0.75 / (tl.pp + 0.4)
+        widths = sorted(o["end"] - o["start"] for o in tl.ops)
+        box_pt = widths[len(widths) // 2] / (tl.makespan or 1.0) * 72 * w_in * 0.75
+        size = max(3.0, min(0.42 * row_pt, 0.55 * box_pt, 9.0))
+        for mb, points in sorted(marks.items()):
+            for ink in ("white", "black"):
+                pts = [p for p in points if p[2] == ink]
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], ls="none", marker=_number_marker(mb),
+                            markersize=size * (1.0 + 0.45 * (len(str(mb)) - 1)), color=ink, markeredgewidth=0,
+                            zorder=3,
+                            gid=f"labels:{mb}")
+    if arrows and tl.transfers:
+        for t in tl.transfers:
+            y0, y1 = y_of[t["src"]], y_of[t["dst"]]
+            ax.annotate("", xy=(t["end"], y1 + (0.4 if y1 < y0 else -0.4)),
+                        xytext=(t["start"], y0 - (0.4 if y1 < y0 else -0.4)),
+                        arrowprops={"arrowstyle": "->", "color": "#444444", "lw": 0.6, "alpha": 0.7}, gid="arrows")
+    for w in tl.waits:
+        ax.plot([w["start"], w["end"]], [y_of[w["rank"]] - 0.45] * 2, color="#000000", lw=1.2, solid_capstyle="butt",
+                gid="wait")
+    if phases:
+        for r in range(tl.pp):
+            for name, (a, b) in tl.phases(r).items():
+                ax.add_patch(_phase_patch(a, b, y_of[r] + 0.47, name, r))
+    if first_backward:
+        fb = tl.first_backward()
+        if fb is not None:
+            ax.axvline(fb["start"], color="#000000", lw=1.0, ls="--", gid="first-backward")
+            ax.annotate(f"first backward: {fb['op']} on rank {fb['rank']} at {fb['start']:.4g}",
+                        xy=(fb["start"], y_of[fb["rank"]]), xytext=(fb["start"] + 0.02 * tl.makespan, tl.pp - 0.25),
+                        fontsize=8, va="bottom", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0},
+                        arrowprops={"arrowstyle": "->", "lw": 0.8}, gid="first-backward-label")
+    ax.set_xlim(0, tl.makespan * 1.01 if tl.makespan else 1)
+    ax.set_ylim(-0.6, tl.pp - 0.4 + (0.25 if phases else 0) + (0.45 if first_backward else 0))
+    ax.set_yticks([y_of[r] for r in range(tl.pp)], [f"rank {r}" for r in range(tl.pp)])
+    ax.set_xlabel(tl.unit)
+    if tl.title:
+        ax.set_title(tl.title, fontsize=10)
+    if legend:
+        from matplotlib.patches import Patch
+        handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_NAMES[k]) for k in "FBIW"
+                   if any(o["kind"] == k for o in tl.ops)]
+        handles.append(Patch(facecolor="white", edgecolor=IDLE_COLOR, hatch="////", label="idle (bubble)"))
+        if tl.chunks > 1:
+            handles.append(Patch(facecolor=_shade(KIND_COLORS["F"], tl.chunks - 1, tl.chunks),
+                                 label="lighter: chunk 1" if tl.chunks == 2 else f"lighter: chunks 1..{tl.chunks - 1}"))
+        if phases:
+            handles += [Patch(facecolor=c, label=name) for name, c in PHASE_COLORS.items()]
+        if tl.waits:
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], color="black", lw=1.2, label="waiting for P2P"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    if tight:
+        ax.figure.tight_layout()
+    return ax
+
+
+def _phase_patch(a: float, b: float, y: float, name: str, rank: int):
+    from matplotlib.patches import Rectangle
+    patch = Rectangle((a, y - 0.06), max(b - a, 0.0), 0.12, facecolor=PHASE_COLORS[name], edgecolor="none",
+                      gid=f"phase:{rank}:{name}")
+    return patch
+
+
+def draw_comparison(top: Timeline, bottom: Timeline, **kwargs) -> Figure:
+    """Two timelines one above the other on a shared time axis (e.g. simulated vs measured)."""
+    pp = max(top.pp, bottom.pp)
+    fig = Figure(figsize=(12, 1.1 * pp + 2.4))
+    axes = fig.subplots(2, 1, sharex=True)
+    draw_timeline(top, axes[0], legend=True, **kwargs)
+    draw_timeline(bottom, axes[1], legend=False, **kwargs)
+    right = max(top.makespan, bottom.makespan) * 1.01
+    axes[0].set_xlim(0, right)
+    axes[0].set_xlabel("")
+    fig.tight_layout()
+    return fig

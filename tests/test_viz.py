@@ -1,0 +1,218 @@
+"""Figures are checked for what they show: one box per op, the right colours and labels, the bubble, the axes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+
+from matplotlib.colors import to_rgb
+
+from pipeline_kit.schedules import build_schedule
+from pipeline_kit.sim import simulate
+from pipeline_kit.viz import (
+    KIND_COLORS,
+    Timeline,
+    animate,
+    bubble_vs_microbatches,
+    draw_comparison,
+    draw_memory,
+    draw_timeline,
+    efficiency_vs_imbalance,
+    interleaved_vs_not,
+    live_activations,
+    metrics_html,
+    peak,
+    render,
+    to_chrome_trace,
+)
+from pipeline_kit.viz.timeline import count_boxes
+
+
+def sim_timeline(name, pp, m, v=None, **costs):
+    return Timeline.from_sim(simulate(build_schedule(name, pp, m, v), **costs))
+
+
+def op_patches(ax):
+    return {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith("ops:")}
+
+
+def labels_of(ax):
+    out = []
+    for line in ax.lines:
+        gid = line.get_gid() or ""
+        if gid.startswith("labels:"):
+            out += [int(gid[7:])] * len(line.get_xdata())
+    return sorted(out)
+
+
+@pytest.mark.parametrize("name,v", [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("zb-h1", None)])
+def test_one_box_per_op_with_its_kind_colour_and_microbatch_label(name, v):
+    tl = sim_timeline(name, 4, 8, v)
+    ax = draw_timeline(tl)
+    patches = op_patches(ax)
+    sched = build_schedule(name, 4, 8, v)
+    assert sum(count_boxes(p) for p in patches.values()) == sched.num_ops
+    for kind in "FBIW":
+        n = sum(1 for ops in sched.ranks for op in ops if op.kind == kind)
+        assert sum(count_boxes(p) for g, p in patches.items() if g.startswith(f"ops:{kind}:")) == n
+    for gid, patch in patches.items():
+        kind, chunk = gid.split(":")[1], int(gid.split(":")[2])
+        if chunk == 0:  # chunk 0 in the kind's own colour; later chunks lighter
+            assert patch.get_facecolor()[:3] == pytest.approx(to_rgb(KIND_COLORS[kind]))
+        else:
+            assert sum(patch.get_facecolor()[:3]) > sum(to_rgb(KIND_COLORS[kind]))
+    assert labels_of(ax) == sorted(op.microbatch for ops in sched.ranks for op in ops)
+    assert sorted(t.get_text() for t in ax.get_yticklabels()) == [f"rank {r}" for r in range(4)]
+    assert ax.get_xlabel() == "time units"
+    assert ax.get_xlim()[1] >= tl.makespan
+
+
+def test_kind_colours_are_distinct_and_colour_blind_safe():
+    assert len(set(KIND_COLORS.values())) == 4
+    assert KIND_COLORS == {"F": "#0072B2", "B": "#D55E00", "I": "#E69F00", "W": "#009E73"}  # Okabe-Ito
+
+
+def test_bubble_is_drawn_where_ranks_idle():
+    tl = sim_timeline("1f1b", 4, 8, fwd=1, bwd=2)
+    ax = draw_timeline(tl)
+    idle = [c for c in ax.collections if c.get_gid() == "idle"]
+    assert len(idle) == 1 and idle[0].get_hatch() == "////"
+    total_idle = sum(b - a for r in range(4) for a, b in tl.idle_gaps(r))
+    assert total_idle == pytest.approx(4 * 33 - 4 * 24)  # idle = pp x makespan - busy, bubble 9/33 per rank
+
+
+def test_phases_and_first_backward_answer_m043():
+    tl = sim_timeline("1f1b", 4, 8, fwd=1, bwd=2)
+    fb = tl.first_backward()
+    assert (fb["op"], fb["rank"], fb["start"]) == ("B0", 3, 4)  # the last stage, right after F0 reaches it
+    # rank 0: warmup F0-F2, steady F3 B0 ... F7 B4 (it waits for B0 inside the first pair), cooldown B5-B7
+    assert tl.phases(0) == {"warmup": (0, 3), "steady": (3, 24), "cooldown": (25, 33)}
+    assert set(tl.phases(3)) == {"steady"}  # the last rank has no warmup and no cooldown
+    ax = draw_timeline(tl, phases=True, first_backward=True, arrows=True)
+    assert {p.get_gid() for p in ax.patches if (p.get_gid() or "").startswith("phase:0:")} == \
+        {"phase:0:warmup", "phase:0:steady", "phase:0:cooldown"}
+    assert any(line.get_gid() == "first-backward" for line in ax.lines)
+    assert sum(1 for t in ax.texts if t.get_gid() == "arrows") == len(tl.transfers) == 2 * 3 * 8
+
+
+def test_trace_timeline_draws_waits_as_idle(tmp_path):
+    res = simulate(build_schedule("1f1b", 2, 2), fwd=0.001, bwd=0.002)
+    trace = {**res.to_dict(), "waits": [{"rank": 1, "peer": 0, "start": 0.0, "end": 0.001}]}
+    trace["timeline"] = [{**e, "start": 0.0 if (e["rank"], e["op"]) == (1, "F0") else e["start"]}
+                         for e in trace["timeline"]]  # a measured op includes the wait for its input
+    tl = Timeline.from_trace(trace)
+    f0 = next(o for o in tl.ops if (o["rank"], o["op"]) == (1, "F0"))
+    assert f0["start"] == pytest.approx(1.0) and tl.unit == "ms"  # drawn from the end of the wait
+    ax = draw_timeline(tl)
+    assert any(line.get_gid() == "wait" for line in ax.lines)
+
+
+def test_simulated_and_measured_share_one_time_axis():
+    fig = draw_comparison(sim_timeline("1f1b", 4, 8), sim_timeline("gpipe", 4, 8))
+    top, bottom = fig.axes
+    assert top.get_shared_x_axes().joined(top, bottom)
+
+
+@pytest.mark.parametrize("name,v", [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("zb-h1", None)])
+def test_memory_peaks_equal_the_simulator(name, v):
+    res = simulate(build_schedule(name, 4, 8, v))
+    tl = Timeline.from_sim(res)
+    assert [peak(live_activations(tl, r))[1] for r in range(4)] == res.peak_activations
+    fig = draw_memory({name: tl})
+    ax = fig.axes[0]
+    assert sorted(line.get_gid() for line in ax.lines if line.get_gid().startswith("memory:")) == \
+        [f"memory:{r}" for r in range(4)]
+    peaks = {line.get_gid(): line.get_ydata()[0] for line in ax.lines if line.get_gid().startswith("peak:")}
+    assert [peaks[f"peak:{r}"] for r in range(4)] == pytest.approx([p / res.schedule.chunks
+                                                                    for p in res.peak_activations])
+
+
+def test_memory_side_by_side():
+    fig = draw_memory({n: sim_timeline(n, 4, 8, v) for n, v in (("gpipe", None), ("1f1b", None),
+                                                               ("interleaved", 2))})
+    assert [ax.get_title() for ax in fig.axes] == ["gpipe", "1f1b", "interleaved"]
+
+
+def test_sweeps_draw_the_formula_over_exact_simulated_points():
+    ax = bubble_vs_microbatches(pps=(2, 4), microbatches=range(1, 9)).axes[0]
+    lines = {line.get_gid(): line for line in ax.lines}
+    for pp in (2, 4):
+        assert list(lines[f"simulated:{pp}"].get_ydata()) == pytest.approx(list(lines[f"formula:{pp}"].get_ydata()))
+    ax = interleaved_vs_not(pp=4, microbatches=(4, 8), chunks=(1, 2)).axes[0]
+    lines = {line.get_gid(): line for line in ax.lines}
+    assert list(lines["simulated:v2"].get_ydata()) == pytest.approx([3 / 11, 3 / 19])
+    ax = efficiency_vs_imbalance(pp=4, microbatches=8, slowdowns=(1.0, 2.0)).axes[0]
+    eff = {line.get_gid(): list(line.get_ydata()) for line in ax.lines}["simulated"]
+    assert eff[0] == pytest.approx(8 / 11) and eff[1] < eff[0]
+
+
+def test_chrome_trace_has_one_event_per_op_on_one_track_per_rank():
+    tl = sim_timeline("interleaved", 2, 2, 2)
+    trace = to_chrome_trace(tl)
+    ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(ops) == 16 and {e["tid"] for e in ops} == {0, 1}
+    assert {e["name"] for e in ops} >= {"F0c0", "B1c1"}
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}
+    json.dumps(trace)
+
+
+def test_explorer_render_and_metrics():
+    fig, metrics = render("interleaved", 4, 8, 2, slow_stage=1, slowdown=2.0, p2p_latency=0.1)
+    assert metrics["makespan"] > 0 and len(metrics["peak_activations"]) == 4
+    assert "<table>" in metrics_html(metrics)
+    _, metrics = render("interleaved", 4, 6, 2)
+    assert "last group would hold 2 < pp=4" in metrics["error"]
+    assert "not a valid configuration" in metrics_html(metrics)
+
+
+def test_explorer_widget_builds():
+    pytest.importorskip("ipywidgets")
+    from pipeline_kit.viz import explorer
+    panel = explorer()
+    sliders = [c for box in panel.children[:2] for c in box.children]
+    assert [s.description for s in sliders] == ["schedule", "pp", "microbatches", "chunks (v)", "B / F",
+                                               "slow stage", "slowdown", "P2P latency"]
+
+
+def test_animation_steps_slot_by_slot():
+    tl = sim_timeline("1f1b", 2, 2)
+    anim = animate(tl)
+    starts = sorted({o["start"] for o in tl.ops})
+    assert len(list(anim.new_frame_seq())) == len(starts)
+    html = anim.to_jshtml()
+    assert "<script" in html and html.count("frames[") >= len(starts)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "pipeline_kit", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_draw_command_png_svg_perfetto(tmp_path):
+    png, svg, pf = tmp_path / "t.png", tmp_path / "t.svg", tmp_path / "t.json"
+    proc = run_cli("draw", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8", "-o", str(png), "--perfetto",
+                   str(pf), "--phases", "--first-backward")
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert len([e for e in json.loads(pf.read_text())["traceEvents"] if e["ph"] == "X"]) == 64
+    trace = tmp_path / "run.json"
+    res = simulate(build_schedule("gpipe", 2, 2), fwd=0.001, bwd=0.002)
+    trace.write_text(json.dumps({**res.to_dict(), "waits": []}))
+    proc = run_cli("draw", "--trace", str(trace), "-o", str(svg))
+    assert proc.returncode == 0, proc.stderr
+    assert svg.read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["draw", "--pp", "4", "-o", "x.png"], "give --pp and --microbatches"),
+    (["draw", "--pp", "4", "-m", "4", "-o", "x.jpg"], "argument -o: 'x.jpg' must end in .png, .svg or .pdf"),
+    (["draw", "--pp", "4", "-m", "4"], "nothing to write"),
+    (["draw", "--trace", "/nonexistent.json", "-o", "x.png"], "--trace /nonexistent.json: cannot read it"),
+])
+def test_draw_bad_input_one_line(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
