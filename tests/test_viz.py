@@ -161,7 +161,7 @@ def test_chrome_trace_has_one_event_per_op_on_one_track_per_rank():
 
 
 def test_explorer_render_and_metrics():
-    fig, metrics = render("interleaved", 4, 8, 2, slow_stage=1, slowdown=2.0, p2p_latency=0.1)
+    _, metrics = render("interleaved", 4, 8, 2, slow_stage=1, slowdown=2.0, p2p_latency=0.1)
     assert metrics["makespan"] > 0 and len(metrics["peak_activations"]) == 4
     assert "<table>" in metrics_html(metrics)
     _, metrics = render("interleaved", 4, 6, 2)
