@@ -93,8 +93,23 @@ def best_cuts(costs: list[float], parts: int) -> list[int]:
     prefix = [0.0]
     for c in costs:
         prefix.append(prefix[-1] + c)
+    # Pass 1: the smallest possible slowest stage.  Pieces only grow as a cut moves left, so the
+    # scan stops once a piece alone is no better than the best found.
+    slowest, _ = _partition(prefix, parts, combine=max, stop=lambda piece, best: piece >= best)
+    # Pass 2: among cuts whose every piece is at most that, the one with the smallest sum of squared
+    # piece times -- as even as possible below the bottleneck, not just any optimum.
+    limit = slowest + 1e-9 * max(1.0, abs(slowest))
+    _, cuts = _partition(prefix, parts, combine=lambda prev, piece: prev + piece * piece,
+                         stop=lambda piece, best: piece > limit)
+    return cuts
+
+
+def _partition(prefix: list[float], parts: int, combine, stop) -> tuple[float, list[int]]:
+    """Dynamic programme over (stages used, items covered): ``best[k][j]`` is the best value of the
+    first ``j`` items cut into ``k`` stages, ``combine(best[k-1][i], piece)`` extends it by the piece
+    ``i..j-1``, and ``stop(piece, best so far)`` ends the leftward scan.  Returns the optimum and its cuts."""
+    n = len(prefix) - 1
     inf = float("inf")
-    # best[k][j]: smallest possible slowest stage when the first j items form k stages
     best = [[inf] * (n + 1) for _ in range(parts + 1)]
     cut = [[0] * (n + 1) for _ in range(parts + 1)]
     best[0][0] = 0.0
@@ -103,32 +118,9 @@ def best_cuts(costs: list[float], parts: int) -> list[int]:
             row, value, arg = best[k - 1], inf, k - 1
             for i in range(j - 1, k - 2, -1):  # the last stage is items i .. j-1
                 piece = prefix[j] - prefix[i]
-                if piece >= value:
-                    break  # pieces only grow as i moves left
-                candidate = max(piece, row[i])
-                if candidate < value:
-                    value, arg = candidate, i
-            best[k][j], cut[k][j] = value, arg
-    return _smoothest_cuts(prefix, parts, best[parts][n])
-
-
-def _smoothest_cuts(prefix: list[float], parts: int, limit: float) -> list[int]:
-    """Among cuts whose every piece is at most ``limit`` (the optimum), the one with the smallest sum of
-    squared piece times: as even as possible below the bottleneck, not just any optimum."""
-    n = len(prefix) - 1
-    limit += 1e-9 * max(1.0, abs(limit))
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(parts + 1)]
-    cut = [[0] * (n + 1) for _ in range(parts + 1)]
-    best[0][0] = 0.0
-    for k in range(1, parts + 1):
-        for j in range(k, n - (parts - k) + 1):
-            row, value, arg = best[k - 1], inf, k - 1
-            for i in range(j - 1, k - 2, -1):
-                piece = prefix[j] - prefix[i]
-                if piece > limit:
+                if stop(piece, value):
                     break
-                candidate = row[i] + piece * piece
+                candidate = combine(row[i], piece)
                 if candidate < value:
                     value, arg = candidate, i
             best[k][j], cut[k][j] = value, arg
@@ -136,7 +128,7 @@ def _smoothest_cuts(prefix: list[float], parts: int, limit: float) -> list[int]:
     for k in range(parts, 0, -1):
         j = cut[k][j]
         cuts.append(j)
-    return sorted(cuts)[1:]  # drop the leading 0
+    return best[parts][n], sorted(cuts)[1:]  # drop the leading 0
 
 
 @dataclass
