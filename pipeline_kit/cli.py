@@ -158,6 +158,8 @@ def add_draw_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phases", action="store_true", help="mark warmup / steady / cooldown per rank")
     p.add_argument("--first-backward", action="store_true", help="mark where the first backward starts (M043)")
     p.add_argument("--memory", action="store_true", help="draw live activations per rank instead of the timeline")
+    p.add_argument("--compare", action="store_true",
+                   help="with --trace: the simulation from the run's measured service times above the run itself")
     p.add_argument("--dpi", type=positive_int, default=120)
 
 
@@ -175,7 +177,8 @@ def cmd_draw(args: argparse.Namespace) -> int:
     if args.trace:
         from .layout.measure import TraceError, load_trace
         try:
-            tl = Timeline.from_trace(load_trace(args.trace))
+            trace = load_trace(args.trace)
+            tl = Timeline.from_trace(trace)
         except TraceError as exc:
             raise UsageError(str(exc)) from None
     else:
@@ -185,7 +188,15 @@ def cmd_draw(args: argparse.Namespace) -> int:
         except CostError as exc:
             raise UsageError(str(exc)) from None
     if args.output:
-        if args.memory:
+        if args.compare:
+            if not args.trace:
+                raise UsageError("--compare needs --trace FILE (a run to compare the simulation with)")
+            from .layout.measure import simulate_from_trace
+            from .viz import draw_comparison
+            sim = Timeline.from_sim(simulate_from_trace(trace, scale=1e3), unit="ms",
+                                    title="simulated from the run's measured service times")
+            fig = draw_comparison(sim, tl)
+        elif args.memory:
             fig = draw_memory({tl.title: tl})
         else:
             fig = draw_timeline(tl, arrows=args.arrows, phases=args.phases, first_backward=args.first_backward).figure

@@ -143,6 +143,7 @@ def _run(args, env, schedule, fault, layout) -> int:
     import torch
     import torch.distributed as dist
 
+    from .layout import Layout, StageSpec
     from .runtime.compute import ModelCompute, SyntheticCompute
     from .runtime.executor import run_step
     from .runtime.grads import compare_grads, reference_grads, sync_tied_grads
@@ -239,8 +240,7 @@ def _run(args, env, schedule, fault, layout) -> int:
         "schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
         "backend": env.backend, "device": env.device.type, "world": env.world,
         "config": cfg.to_dict(), "micro_batch_size": args.micro_batch_size, "stage_params": stage_params,
-        "layout": "|".join(("E" if s == 0 else "") + (f"t*{len(r)}" if len(r) > 1 else "t" * len(r))
-                           + ("L" if s == schedule.stages - 1 else "") for s, r in enumerate(layer_ids)),
+        "layout": str(Layout(tuple(StageSpec(s == 0, r, s == schedule.stages - 1) for s, r in enumerate(layer_ids)))),
         "step_times": step_times, "losses": losses,
         "tokens_per_s": tokens_per_step / statistics.median(step_times),
         "makespan": max(r["end"] for r in everyone),

@@ -205,12 +205,26 @@ def test_draw_command_png_svg_perfetto(tmp_path):
     proc = run_cli("draw", "--trace", str(trace), "-o", str(svg))
     assert proc.returncode == 0, proc.stderr
     assert svg.read_text().lstrip().startswith("<?xml")
+    proc = run_cli("draw", "--trace", str(trace), "--compare", "-o", str(png))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_simulation_from_a_trace_reproduces_it_on_one_time_axis():
+    from pipeline_kit.layout.measure import simulate_from_trace
+    res = simulate(build_schedule("1f1b", 4, 8), fwd=[0.001, 0.001, 0.002, 0.001], bwd=[0.002, 0.002, 0.004, 0.002])
+    trace = {**res.to_dict(), "waits": []}
+    sim = Timeline.from_sim(simulate_from_trace(trace, scale=1e3), unit="ms")
+    real = Timeline.from_trace(trace)
+    assert sim.makespan == pytest.approx(real.makespan)
+    fig = draw_comparison(sim, real)
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()
 
 
 @pytest.mark.parametrize("args,message", [
     (["draw", "--pp", "4", "-o", "x.png"], "give --pp and --microbatches"),
     (["draw", "--pp", "4", "-m", "4", "-o", "x.jpg"], "argument -o: 'x.jpg' must end in .png, .svg or .pdf"),
     (["draw", "--pp", "4", "-m", "4"], "nothing to write"),
+    (["draw", "--pp", "4", "-m", "4", "--compare", "-o", "x.png"], "--compare needs --trace FILE"),
     (["draw", "--trace", "/nonexistent.json", "-o", "x.png"], "--trace /nonexistent.json: cannot read it"),
 ])
 def test_draw_bad_input_one_line(args, message):

@@ -86,14 +86,19 @@ def stage_fwd_bwd(services: list[StageService], stat: str = "mean") -> tuple[lis
     return fwd, bwd, wgrad
 
 
-def predict_from_trace(trace: dict, stat: str = "mean") -> float:
-    """The makespan the simulator predicts from the trace's own service times and P2P latency."""
+def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0):
+    """Simulate the traced schedule with the trace's own service times and P2P latency (times x ``scale``)."""
     services = service_times(trace)
-    fwd, bwd, wgrad = stage_fwd_bwd(services, stat)
+    fwd, bwd, wgrad = (list(map(lambda t: t * scale, xs)) for xs in stage_fwd_bwd(services, stat))
     chunks = trace["chunks"]
     name = trace["schedule"].replace("-forward-only", "")
     sched = build_schedule(name, trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
-    return simulate(sched, fwd=fwd, bwd=bwd, wgrad=wgrad, p2p_latency=trace.get("p2p_latency", 0.0)).makespan
+    return simulate(sched, fwd=fwd, bwd=bwd, wgrad=wgrad, p2p_latency=trace.get("p2p_latency", 0.0) * scale)
+
+
+def predict_from_trace(trace: dict, stat: str = "mean") -> float:
+    """The makespan the simulator predicts from the trace's own service times and P2P latency."""
+    return simulate_from_trace(trace, stat).makespan
 
 
 def format_services(services: list[StageService]) -> str:
