@@ -89,7 +89,7 @@ def stage_fwd_bwd(services: list[StageService], stat: str = "mean") -> tuple[lis
 def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0):
     """Simulate the traced schedule with the trace's own service times and P2P latency (times x ``scale``)."""
     services = service_times(trace)
-    fwd, bwd, wgrad = (list(map(lambda t: t * scale, xs)) for xs in stage_fwd_bwd(services, stat))
+    fwd, bwd, wgrad = ([t * scale for t in xs] for xs in stage_fwd_bwd(services, stat))
     chunks = trace["chunks"]
     name = trace["schedule"].replace("-forward-only", "")
     sched = build_schedule(name, trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
