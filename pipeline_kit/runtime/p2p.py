@@ -97,7 +97,7 @@ class _Deliveries(threading.Thread):
                 self.wait_fn(work, describe)
             except BaseException as exc:  # noqa: BLE001 - reported to the main thread, which ends the run
                 self.error = self.error or exc
-            del keepalive
+            del work, keepalive  # the Work holds the tensor too: release both now, not at the next send
             with self.lock:
                 self.outstanding -= 1
                 self.lock.notify_all()
