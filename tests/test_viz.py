@@ -183,6 +183,11 @@ def test_animation_steps_slot_by_slot():
     anim = animate(tl)
     starts = sorted({o["start"] for o in tl.ops})
     assert len(list(anim.new_frame_seq())) == len(starts)
+    anim._func(0)
+    first = sum(count_boxes(p) for p in anim._fig.axes[0].patches if (p.get_gid() or "").startswith("ops:"))
+    anim._func(len(starts) - 1)
+    last = sum(count_boxes(p) for p in anim._fig.axes[0].patches if (p.get_gid() or "").startswith("ops:"))
+    assert (first, last) == (1, len(tl.ops))  # frame 0: only F0 on rank 0 has started
     html = anim.to_jshtml()
     assert "<script" in html and html.count("frames[") >= len(starts)
 

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from ..schedules import ScheduleConfigError, build_schedule
 from ..sim import simulate
-from .timeline import Timeline, draw_timeline
+from .timeline import Timeline, _boxes_path, draw_timeline
 
 
 def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: int = 2, fb_ratio: float = 2.0,
@@ -83,30 +83,25 @@ def explorer():
 
 def animate(tl: Timeline, max_frames: int = 60, interval_ms: int = 250) -> FuncAnimation:
     """Reveal the timeline slot by slot: frame k shows every op started by the k-th start time."""
-    ax = draw_timeline(tl)
+    ax = draw_timeline(tl, labels=False)
     fig = ax.figure
+    y_of = {r: tl.pp - 1 - r for r in range(tl.pp)}
     starts = sorted({o["start"] for o in tl.ops})
     if len(starts) > max_frames:
         step = len(starts) / max_frames
         starts = [starts[int(i * step)] for i in range(max_frames)] + [starts[-1]]
-    polys = [c for c in ax.collections if (c.get_gid() or "").startswith("ops:")]
-    kinds = [c.get_gid()[4:] for c in polys]
-    per_kind = {k: [o for o in tl.ops if o["kind"] == k] for k in kinds}
-    base = {k: c.get_facecolors().copy() for k, c in zip(kinds, polys)}
-    labels = [t for t in ax.texts if t.get_gid() == "label"]
-    label_ops = [o for k in kinds for o in per_kind[k]]
+    groups = []  # (patch, ops) for every drawn (kind, chunk)
+    for patch in [p for p in ax.patches if (p.get_gid() or "").startswith("ops:")]:
+        _, kind, chunk = patch.get_gid().split(":")
+        groups.append((patch, [o for o in tl.ops if o["kind"] == kind and o["chunk"] == int(chunk)]))
     cursor = ax.axvline(0, color="black", lw=1.0)
 
     def frame(i):
         t = starts[i]
-        for k, c in zip(kinds, polys):
-            colors = base[k].copy()
-            colors[:, 3] = [1.0 if o["start"] <= t else 0.0 for o in per_kind[k]]
-            c.set_facecolors(colors)
-        for text, o in zip(labels, label_ops):
-            text.set_visible(o["start"] <= t)
+        for patch, ops in groups:
+            patch.set_path(_boxes_path([o for o in ops if o["start"] <= t], y_of))
         cursor.set_xdata([t, t])
-        return [*polys, *labels, cursor]
+        return [p for p, _ in groups] + [cursor]
 
     return FuncAnimation(fig, frame, frames=len(starts), interval=interval_ms, blit=False)
 

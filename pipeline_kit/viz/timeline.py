@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+import numpy as np
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
@@ -148,12 +149,15 @@ def _boxes_path(ops: list[dict], y_of: dict[int, int], h: float = 0.8) -> Path:
         x0, x1 = x0 + inset / 2, x1 - inset / 2
         verts += [(x0, y - h / 2), (x1, y - h / 2), (x1, y + h / 2), (x0, y + h / 2), (x0, y - h / 2)]
         codes += [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
+    if not verts:  # nothing (yet): an empty path, e.g. in an animation's first frames
+        return Path(np.empty((0, 2)))
     return Path(verts, codes)
 
 
 def count_boxes(patch) -> int:
     """How many op boxes a drawn ``ops:*`` patch holds (for tests and tools)."""
-    return sum(1 for c in patch.get_path().codes if c == Path.MOVETO)
+    codes = patch.get_path().codes
+    return 0 if codes is None else int(np.count_nonzero(codes == Path.MOVETO))
 
 
 def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = False, first_backward: bool = False,
