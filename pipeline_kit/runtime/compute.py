@@ -101,7 +101,12 @@ class ModelCompute:
         return _run_backward((y,), (grad,), keep_graph=True, inputs=(x,), accumulate=False)[0]
 
     def weight_grad(self, chunk: int, mb: int) -> None:
-        """W: accumulate this microbatch's weight gradients, then free what it kept."""
+        """W: accumulate this microbatch's weight gradients, then free what it kept.
+
+        It walks the graph that I retained once more, restricted to the parameters: exact (grads
+        match the reference bitwise), but the gradients flowing between blocks are computed again,
+        so on real hardware this W costs more than a true weight-only pass would.
+        """
         _, y = self.saved.pop((chunk, mb))
         grad = self.output_grads.pop((chunk, mb))
         params = tuple(p for p in self.stages[chunk].parameters() if p.requires_grad)
