@@ -215,6 +215,31 @@ def cmd_draw(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_check_timeline_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a drawn timeline: one 'rK: F0 F1 . B0 ...' row per rank")
+    p.add_argument("--pp", type=positive_int, required=True)
+    p.add_argument("--microbatches", "-m", type=positive_int, required=True)
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "zb-h1"], default="1f1b",
+                   help="the schedule whose order and shortest step the drawing is graded against (default 1f1b)")
+    p.add_argument("--fwd-slots", type=positive_int, default=1, help="slots a forward takes (default 1)")
+    p.add_argument("--bwd-slots", type=positive_int, default=1,
+                   help="slots a backward takes (default 1); write a longer op once, then '-' per extra slot")
+    p.add_argument("--json", action="store_true", help='print {"notebook", "score", "max_score", "checks": [...]}')
+
+
+def cmd_check_timeline(args: argparse.Namespace) -> int:
+    from .grading import check_timeline
+    try:
+        with open(args.file, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"argument FILE: cannot read {args.file!r}: {exc.strerror}") from None
+    report = check_timeline(text, args.pp, args.microbatches, args.schedule, args.fwd_slots, args.bwd_slots,
+                            name=args.file)
+    print(json.dumps(report.to_dict()) if args.json else report.text())
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """A tour: PP4/M8 orders, then the four schedules compared on the seeds' PP8/M16 case."""
     for name in ("gpipe", "1f1b"):
@@ -246,6 +271,8 @@ COMMANDS: list[Command] = [
      lambda p: p.add_argument("file", metavar="FILE", help="schedule file: 'r0: F0 F1 B0 ...' lines, or JSON"),
      cmd_validate),
     ("draw", "draw a simulated schedule or a real trace: PNG/SVG, Perfetto JSON", add_draw_args, cmd_draw),
+    ("check-timeline", "grade a hand-drawn timeline grid: ops, dependencies, order, shortest step",
+     add_check_timeline_args, cmd_check_timeline),
     ("demo", "a short tour of the schedules (the README's main job until the book lands)", lambda p: None, cmd_demo),
     ("layout", "per-stage table of a Megatron-style layout: params, FLOPs, activation and P2P bytes",
      layout_commands.add_layout_args, layout_commands.cmd_layout),

@@ -1,0 +1,45 @@
+"""A rubric report: named checks with points earned, points possible and specific feedback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Check:
+    name: str
+    points: float
+    max_points: float
+    feedback: str
+
+
+@dataclass
+class Report:
+    """What a grader returns; ``to_dict`` is the ``--json`` contract shared by every grading command."""
+
+    notebook: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(c.points for c in self.checks)
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.max_points for c in self.checks)
+
+    def add(self, name: str, max_points: float, ok: bool | float, feedback: str) -> None:
+        points = max_points * (float(ok) if not isinstance(ok, bool) else (1.0 if ok else 0.0))
+        self.checks.append(Check(name, round(points, 2), max_points, feedback))
+
+    def to_dict(self) -> dict:
+        return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
+                "checks": [{"name": c.name, "points": c.points, "max_points": c.max_points, "feedback": c.feedback}
+                           for c in self.checks]}
+
+    def text(self) -> str:
+        width = max((len(c.name) for c in self.checks), default=10)
+        lines = [f"{self.notebook}: {self.score:g} / {self.max_score:g}"]
+        for c in self.checks:
+            lines.append(f"  {c.name:<{width}}  {c.points:>4g} / {c.max_points:<3g} {c.feedback}")
+        return "\n".join(lines)
