@@ -130,12 +130,17 @@ def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None
     p.add_argument("--no-timeline", action="store_true", help="with --json: omit the per-op timeline")
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def read_file_arg(path: str) -> str:
+    """The text of the FILE argument, or a one-line usage error saying why it cannot be read."""
     try:
-        with open(args.file, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
     except OSError as exc:
-        raise UsageError(f"argument FILE: cannot read {args.file!r}: {exc.strerror}") from None
+        raise UsageError(f"argument FILE: cannot read {path!r}: {exc.strerror}") from None
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    text = read_file_arg(args.file)
     try:
         sched = Schedule.from_json(text) if text.lstrip().startswith("{") else Schedule.from_text(text)
     except (ScheduleTextError, ValueError) as exc:
@@ -229,12 +234,7 @@ def add_check_timeline_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_check_timeline(args: argparse.Namespace) -> int:
     from .grading import check_timeline
-    try:
-        with open(args.file, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise UsageError(f"argument FILE: cannot read {args.file!r}: {exc.strerror}") from None
-    report = check_timeline(text, args.pp, args.microbatches, args.schedule, args.fwd_slots, args.bwd_slots,
+    report = check_timeline(read_file_arg(args.file), args.pp, args.microbatches, args.schedule, args.fwd_slots, args.bwd_slots,
                             name=args.file)
     print(json.dumps(report.to_dict()) if args.json else report.text())
     return 0
