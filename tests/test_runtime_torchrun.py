@@ -52,7 +52,8 @@ def test_two_ranks_interleaved_shape_messages_and_trace_prediction(tmp_path):
              "--send-shapes", *SMALL, "--json", str(tmp_path / "i.json")],
             ["--schedule", "1f1b", "--microbatches", "3", "--steps", "1", "--check-grads", "--no-deallocate", *SMALL,
              "--json", str(tmp_path / "o.json")],
-            ["--schedule", "1f1b", "--microbatches", "8", "--steps", "4", "--layers", "4", "--hidden", "128",
+            # ops of ~10 ms: long enough that scheduling noise on 2 shared cores stays small beside them
+            ["--schedule", "1f1b", "--microbatches", "8", "--steps", "4", "--layers", "4", "--hidden", "256",
              "--seq-len", "64", "--trace", str(tmp_path / "t.json")]]
     run_worker(2, runs)
     trace = load(tmp_path / "t.json")
