@@ -13,8 +13,9 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import replace
 
-from .cli import OneLineParser, float_list, positive_float, positive_int
+from .argtypes import OneLineParser, float_list, positive_float, positive_int
 from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
 
 
@@ -150,7 +151,7 @@ def _run(args, env, schedule, fault, layout) -> int:
     from .runtime.loss import loss_to_all_ranks
     from .runtime.model import GPTConfig, build_stage, make_batch, split_layers
     from .runtime.p2p import P2P, measure_latency
-    from .sim import simulate
+    from .sim import Costs, simulate
 
     torch.set_num_threads(1)
     _say(env, env.describe())
@@ -183,12 +184,11 @@ def _run(args, env, schedule, fault, layout) -> int:
     cuda = env.device.type == "cuda"
 
     synthetic = args.synthetic_compute
-    if synthetic is not None:
+    if synthetic is not None:  # the simulator's cost convention: a rank's whole share, 1/v per chunk
         f_ms, b_ms = synthetic[0], synthetic[1]
         w_ms = synthetic[2] if len(synthetic) == 3 else b_ms / 2
-        per_stage = lambda ms: [ms / 1000 / v] * schedule.stages
-        compute = SyntheticCompute(per_stage(f_ms), per_stage(b_ms), per_stage(w_ms), pp, shape, env.device)
-        compute.rank = rank
+        synthetic_costs = Costs(fwd=f_ms / 1000, bwd=b_ms / 1000, wgrad=w_ms / 1000)
+        compute = SyntheticCompute(synthetic_costs.resolve(pp, v), rank, pp, shape, env.device)
     else:
         compute = ModelCompute(stages, schedule.microbatches, deallocate=not args.no_deallocate)
     step_times, makespans, losses, grads_report, record = [], [], [], None, None
@@ -256,9 +256,7 @@ def _run(args, env, schedule, fault, layout) -> int:
         "synthetic_compute": synthetic,
     }
     if synthetic is not None:
-        f_ms, b_ms = synthetic[0], synthetic[1]
-        w_ms = synthetic[2] if len(synthetic) == 3 else b_ms / 2
-        pred = simulate(schedule, fwd=f_ms / 1000, bwd=b_ms / 1000, wgrad=w_ms / 1000, p2p_latency=latency)
+        pred = simulate(schedule, replace(synthetic_costs, p2p_latency=latency))
         summary["predicted_makespan"] = pred.makespan
         summary["prediction_error"] = summary["makespan"] / pred.makespan - 1
     if args.check_grads:

@@ -125,17 +125,16 @@ class ModelCompute:
 
 
 class SyntheticCompute:
-    """Sleeps instead of computing, with the simulator's cost convention.
+    """Sleeps instead of computing, for exactly the times the simulator would use.
 
-    ``fwd_s``/``bwd_s``/``wgrad_s`` are per virtual stage (seconds): a rank's whole-share cost
-    divided by its chunks.  Sent tensors are a preallocated buffer of the boundary shape.
+    ``costs`` is the simulator's own :class:`~pipeline_kit.sim.StageCosts` (one number per virtual
+    stage, in seconds), so a run and its prediction share one cost convention.  Sent tensors are a
+    preallocated buffer of the boundary shape.
     """
 
-    def __init__(self, fwd_s: list[float], bwd_s: list[float], wgrad_s: list[float], pp: int, shape, device,
-                 dtype=torch.float32):
-        self.fwd_s, self.bwd_s, self.wgrad_s, self.pp = fwd_s, bwd_s, wgrad_s, pp
+    def __init__(self, costs, rank: int, pp: int, shape, device, dtype=torch.float32):
+        self.costs, self.rank, self.pp = costs, rank, pp
         self.buffer = torch.zeros(shape, device=device, dtype=dtype)
-        self.rank = 0
 
     @staticmethod
     def _sleep(seconds: float) -> None:
@@ -147,20 +146,22 @@ class SyntheticCompute:
         while time.perf_counter() < end:
             pass
 
+    def _wait(self, kind: str, chunk: int) -> None:
+        self._sleep(self.costs.duration(kind, chunk * self.pp + self.rank))
+
     def forward(self, chunk: int, mb: int, x) -> torch.Tensor:
-        self._sleep(self.fwd_s[chunk * self.pp + self.rank])
+        self._wait("F", chunk)
         return self.buffer
 
     def release_output(self, chunk: int, mb: int) -> None:
         pass
 
     def backward(self, chunk: int, mb: int, dy, weights: bool):
-        s = chunk * self.pp + self.rank
-        self._sleep(self.bwd_s[s] if weights else self.bwd_s[s] - self.wgrad_s[s])
+        self._wait("B" if weights else "I", chunk)
         return self.buffer
 
     def weight_grad(self, chunk: int, mb: int) -> None:
-        self._sleep(self.wgrad_s[chunk * self.pp + self.rank])
+        self._wait("W", chunk)
 
     def activation_bytes(self, chunk: int, mb: int) -> int:
         return 0
