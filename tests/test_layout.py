@@ -151,8 +151,8 @@ def test_balancer_is_exact(costs, data):
 
 def test_balancer_on_the_seed_case_moves_layers_off_the_loss_stage():
     spec = PRESETS["seed-pp8"][0]
-    from pipeline_kit.layout.commands import _model_item_times
-    result = balance(_model_item_times(spec, 100.0), pp=8, microbatches=16)
+    from pipeline_kit.layout.commands import item_times_from_flops
+    result = balance(item_times_from_flops(spec, 100.0), pp=8, microbatches=16)
     assert str(result.even.layout) == "Et*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2L"
     best = result.best.layout
     assert best.stages[0].embedding and best.stages[-1].loss and best.num_layers == 16

@@ -67,7 +67,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_item_times(spec: ModelSpec, tflops: float) -> ItemTimes:
+def item_times_from_flops(spec: ModelSpec, tflops: float) -> ItemTimes:
     """Forward/backward seconds per microbatch of each item from its FLOPs at ``tflops`` achieved."""
     tokens = spec.seq_len * spec.micro_batch_size
     per = 1.0 / (tflops * 1e12)
@@ -107,7 +107,7 @@ def cmd_balance(args: argparse.Namespace) -> int:
         items = items.scaled(1e3)
         source = "measured per-layer times"
     else:
-        items = _model_item_times(spec, args.tflops).scaled(1e3)
+        items = item_times_from_flops(spec, args.tflops).scaled(1e3)
         source = f"FLOPs at {args.tflops:g} TFLOP/s"
     try:
         result = balance(items, args.pp, args.chunks, args.microbatches, args.p2p_latency * 1e3)
@@ -140,7 +140,7 @@ def cmd_speedup(args: argparse.Namespace) -> int:
         raise UsageError(f"argument --layout: {exc}") from None
     if layout.num_stages != args.pp:
         raise UsageError("argument --layout: the decomposition is for one chunk per rank (pp stages)")
-    plan = plan_for(layout, _model_item_times(spec, args.tflops), args.pp, args.microbatches)
+    plan = plan_for(layout, item_times_from_flops(spec, args.tflops), args.pp, args.microbatches)
     latency = args.p2p_latency_us * 1e-6 + (boundary_bytes(spec) / (args.p2p_gbps * 1e9) if args.p2p_gbps else 0.0)
     rows = decompose_speedup(args.pp, args.microbatches, plan.stage_fwd, plan.stage_bwd, latency, args.measured)
     print(f"speedup of pp={args.pp}, M={args.microbatches} over one device, layout {layout}, {args.tflops:g} TFLOP/s, "
