@@ -98,6 +98,9 @@ class Timeline:
         The steady state is a run of (forward, backward) pairs: it starts with the forward right
         before the first backward and ends with the backward right after the last forward.  Warmup
         is the forwards before it (none on the last rank), cooldown the backwards after it.
+        When every forward precedes every backward (M <= pp - rank), the order alone cannot tell
+        Megatron's "warmup M, no pair" from "warmup M - 1, one pair"; this reads it as one pair, so
+        for M < pp - rank it shows one warmup forward fewer than Megatron's min(pp - rank - 1, M).
         """
         ops = self.rank_ops(rank)
         backs = [i for i, o in enumerate(ops) if o["kind"] != "F"]
