@@ -240,6 +240,54 @@ def cmd_check_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_grade_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("notebook", metavar="NOTEBOOK", help="a lab notebook (.ipynb) with the student's answers")
+    p.add_argument("--timeout", type=positive_float, default=60.0,
+                   help="seconds a cell may run before it is interrupted (default 60; some cells allow more)")
+    p.add_argument("--solutions", metavar="DIR", default=None,
+                   help="folder of canonical notebooks (default: the kit's solutions/)")
+    p.add_argument("--json", action="store_true", help='print {"notebook", "score", "max_score", "checks": [...]}')
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .grading.notebook import GradeError, grade
+
+    def progress(i: int, n: int) -> None:
+        print(f"\rrunning cell {i + 1}/{n}", end="", file=sys.stderr, flush=True)
+
+    try:
+        report = grade(args.notebook, Path(args.solutions) if args.solutions else None, args.timeout,
+                       progress=None if args.json or not sys.stderr.isatty() else progress)
+    except GradeError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.json and sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(json.dumps(report.to_dict()) if args.json else report.text())
+    return 0
+
+
+def add_make_labs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if labs/ is not what solutions/ makes")
+
+
+def cmd_make_labs(args: argparse.Namespace) -> int:
+    from .grading.release import make_labs
+    try:
+        problems = make_labs(check=args.check)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    for line in problems:
+        print(line)
+    if args.check and problems:
+        print("labs/ is out of date: run `python -m pipeline_kit make-labs`", file=sys.stderr)
+        return EXIT_INVALID
+    if not problems:
+        print("labs/ is up to date")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """A tour: PP4/M8 orders, then the four schedules compared on the seeds' PP8/M16 case."""
     for name in ("gpipe", "1f1b"):
@@ -273,6 +321,10 @@ COMMANDS: list[Command] = [
     ("draw", "draw a simulated schedule or a real trace: PNG/SVG, Perfetto JSON", add_draw_args, cmd_draw),
     ("check-timeline", "grade a hand-drawn timeline grid: ops, dependencies, order, shortest step",
      add_check_timeline_args, cmd_check_timeline),
+    ("grade", "grade a lab notebook: run it offline against its canonical tests and print the rubric",
+     add_grade_args, cmd_grade),
+    ("make-labs", "write labs/ (student notebooks) from solutions/ with nbgrader's preprocessors",
+     add_make_labs_args, cmd_make_labs),
     ("demo", "a short tour of the schedules (the README's main job until the book lands)", lambda p: None, cmd_demo),
     ("layout", "per-stage table of a Megatron-style layout: params, FLOPs, activation and P2P bytes",
      layout_commands.add_layout_args, layout_commands.cmd_layout),

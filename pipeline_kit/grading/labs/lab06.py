@@ -1,0 +1,688 @@
+"""Lab 6 (M047, M048): building pipeline stages, and where the loss lives.
+
+The reference for every check is the kit itself: ``build_stage`` / ``GPT`` / ``reference_grads``
+(:mod:`pipeline_kit.runtime`) for stages and gradients, ``stage_costs`` (:mod:`pipeline_kit.layout`)
+for per-stage parameters, FLOPs and activation memory, the simulator for "decide by time", and a
+real ``torchrun --check-grads`` run for the end-to-end verification.  Students' stages are compared
+with the single-process model by loading their parameters into it, so they may initialise freely.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ...layout import PRESETS, Layout, LayoutError, ModelSpec, StageSpec, even_layout, parse_layout, stage_costs
+from ...schedules import build_schedule, select_schedule
+from ...sim import simulate
+from .common import call, close, describe, expect_keys, expect_number, expect_type, fail
+
+PRODUCTION = {
+    "broadcast_from_last_stage": None,
+    "all_reduce_max": "the seeds' trick: wrong for a negative loss and, with DP > 1, it logs the largest replica",
+    "all_reduce_sum_over_world": "with DP > 1 it logs the sum over replicas, not their mean",
+    "all_gather_logits_to_rank0": "moves s*b*V logits per microbatch to compute a number the last stage already has",
+}
+
+
+def small_cfg(**kw):
+    from ...runtime.model import GPTConfig
+    base = {"vocab": 64, "seq_len": 16, "hidden": 32, "heads": 4, "layers": 5, "seed": 7}
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def spec_of(cfg, micro_batch_size: int = 2, dtype_bytes: int = 2) -> ModelSpec:
+    return ModelSpec(vocab=cfg.vocab, seq_len=cfg.seq_len, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers,
+                     ffn_mult=cfg.ffn_mult, tie_embeddings=cfg.tie_embeddings, micro_batch_size=micro_batch_size,
+                     dtype_bytes=dtype_bytes)
+
+
+def cfg_from_run(run_args):
+    """The GPTConfig a ``pipeline_kit.run`` command line builds, with its micro-batch size and M."""
+    from ...run import build_parser
+    from ...runtime.model import GPTConfig
+    a = build_parser().parse_args(list(run_args))
+    cfg = GPTConfig(vocab=a.vocab, seq_len=a.seq_len, hidden=a.hidden, heads=a.heads, layers=a.layers,
+                    tie_embeddings=a.tie_embeddings, seed=a.seed)
+    return cfg, a.micro_batch_size, a.microbatches
+
+
+def kit_layout(layers: int, n: int) -> Layout:
+    """The layout the runtime builds by default: ``split_layers`` (earlier stages take any extra layer)."""
+    from ...runtime.model import split_layers
+    return Layout(tuple(StageSpec(s == 0, r, s == n - 1) for s, r in enumerate(split_layers(layers, n))))
+
+
+# -- M047 main -----------------------------------------------------------------------------------
+def _kit_stage(cfg, stage, n):
+    import torch
+
+    from ...runtime.model import build_stage
+    with torch.device("meta"):
+        return build_stage(cfg, stage, n)
+
+
+def check_stage_parts(fn, cases) -> None:
+    for stage, n, layers in cases:
+        what = f"stage_parts({stage}, {n}, {layers})"
+        got = call(fn, stage, n, layers, name="stage_parts")
+        expect_keys(got, ("embedding", "layers", "head"), what)
+        ref = _kit_stage(small_cfg(layers=layers), stage, n)
+        if got["embedding"] is not ref.pre_process:
+            fail(f"{what}['embedding'] is {describe(got['embedding'])}: only the first stage (pre_process, stage 0) "
+                 "builds the embedding and takes token ids")
+        if got["head"] is not ref.post_process:
+            fail(f"{what}['head'] is {describe(got['head'])}: only the last stage (post_process, stage {n - 1}) builds "
+                 "the final norm and the output layer")
+        want = list(ref.layer_ids)
+        expect_type(got["layers"], (list, tuple, range), f"{what}['layers']")
+        mine = list(got["layers"])
+        if mine == want:
+            continue
+        if mine == list(range(len(want))) and want[0] != 0:
+            fail(f"{what}['layers'] is {mine}: number layers globally ({want}), so layer i has the same name and "
+                 "parameters wherever it lives")
+        if len(mine) != len(want):
+            fail(f"{what}['layers'] has {len(mine)} layers, expected {len(want)}: {layers} layers over {n} stages "
+                 "give the first stages one extra each when it does not divide (split_layers)")
+        fail(f"{what}['layers'] is {mine}, expected {want}")
+
+
+def _stages(fn, cfg, n):
+    import torch
+    out = []
+    for s in range(n):
+        torch.manual_seed(100 + s)
+        m = call(fn, cfg, s, n, name="build_my_stage")
+        if not isinstance(m, torch.nn.Module):
+            fail(f"build_my_stage(cfg, {s}, {n}) must return an nn.Module, got {type(m).__name__}")
+        from ...runtime.model import GPT, StageModule
+        if isinstance(m, (StageModule, GPT)):
+            fail(f"build_my_stage returned the kit's {type(m).__name__}: build the stage yourself from Embedding, "
+                 "Block and Head (build_stage is the reference this check compares with)")
+        out.append(m)
+    return out
+
+
+def check_build_stage(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import GPT, lm_loss, make_batch
+    for cfg, n in cases:
+        stages = _stages(fn, cfg, n)
+        owner: dict[str, int] = {}
+        for s, m in enumerate(stages):
+            for name in m.state_dict():
+                if name in owner:
+                    why = {"embedding": "only the first stage builds the embedding",
+                           "head": "only the last stage builds the head"}.get(name.split(".")[0], "each layer lives on one stage")
+                    fail(f"{name} is built on stages {owner[name]} and {s}: each rank builds only its own part ({why})")
+                owner[name] = s
+        ref = GPT(cfg)
+        want_names = set(ref.state_dict())
+        extra, missing = set(owner) - want_names, want_names - set(owner)
+        if extra:
+            fail(f"your stages have parameters the kit's GPT does not name this way, e.g. {min(extra)!r}; name "
+                 "the parts embedding, blocks.<global layer id> (an nn.ModuleDict) and head, as the kit's GPT does")
+        if missing:
+            name = min(missing)
+            fail(f"no stage holds {name!r} ({len(missing)} parameter tensor(s) missing for cfg.layers={cfg.layers}, "
+                 f"{n} stages)")
+        for s, m in enumerate(stages):
+            kit = _kit_stage(cfg, s, n)
+            if set(m.state_dict()) != set(kit.state_dict()):
+                fail(f"stage {s} of {n} holds {min(set(m.state_dict()) ^ set(kit.state_dict()))!r}, which "
+                     "build_stage puts elsewhere (even split, earlier stages take the extra layers)")
+        ref.load_state_dict({k: v for m in stages for k, v in m.state_dict().items()})
+        tokens, targets = make_batch(cfg, 1, 2, 0)
+        x = tokens[0]
+        for s, m in enumerate(stages):
+            x = call(m, x, name=f"stage {s}'s forward")
+        want = ref(tokens[0])
+        if not isinstance(x, torch.Tensor) or x.shape != want.shape:
+            fail(f"chaining your {n} stages gives {describe(getattr(x, 'shape', x))}, the model gives logits of shape "
+                 f"{tuple(want.shape)}: the last stage must end with the final norm and the output layer")
+        if not torch.allclose(x, want, rtol=1e-5, atol=1e-6):
+            fail(f"chaining your {n} stages gives other logits than the model with the same parameters (max "
+                 f"difference {float((x - want).abs().max()):.2e}): check the order embedding -> blocks in layer "
+                 "order -> head")
+        lm_loss(x, targets[0]).backward()
+        lm_loss(want, targets[0]).backward()
+        grads = dict(ref.named_parameters())
+        for s, m in enumerate(stages):
+            for name, p in m.named_parameters():
+                if p.grad is None or not torch.allclose(p.grad, grads[name].grad, rtol=1e-4, atol=1e-7):
+                    fail(f"stage {s}: the gradient of {name} differs from the single-process model's")
+
+
+def check_stage_io(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import build_stage, make_batch
+    for cfg, n, mbs in cases:
+        tokens, _ = make_batch(cfg, 1, mbs, 0)
+        x = tokens[0]
+        for s in range(n):
+            stage = build_stage(cfg, s, n)
+            y = stage(x)
+            what = f"stage_io(cfg, {s}, {n}, {mbs})"
+            got = call(fn, cfg, s, n, mbs, name="stage_io")
+            expect_keys(got, ("input", "output"), what)
+            for key, t in (("input", x), ("output", y)):
+                v = got[key]
+                if not (isinstance(v, (tuple, list)) and len(v) == 2):
+                    fail(f"{what}[{key!r}] must be (shape, dtype), got {describe(v)}")
+                shape, dtype = tuple(v[0]) if isinstance(v[0], (tuple, list, torch.Size)) else v[0], v[1]
+                want_shape = tuple(t.shape)
+                if dtype != t.dtype:
+                    if key == "input" and s == 0:
+                        fail(f"{what}: the first stage takes token ids ({t.dtype}), not {dtype}: pre_process means "
+                             "the embedding lookup happens here")
+                    if key == "input":
+                        fail(f"{what}: stage {s} takes the previous stage's activation ({t.dtype}), not {dtype}")
+                    fail(f"{what}['output'] dtype is {dtype}, expected {t.dtype}")
+                if shape != want_shape:
+                    if key == "output" and s == n - 1 and shape == (mbs, cfg.seq_len, cfg.hidden):
+                        fail(f"{what}: the last stage returns logits over the vocabulary ({want_shape}); the loss is "
+                             "applied to them by the caller")
+                    if key == "output" and s < n - 1 and shape == (mbs, cfg.seq_len, cfg.vocab):
+                        fail(f"{what}: only the last stage has the output layer; stage {s} returns hidden states")
+                    if len(shape) == len(want_shape) and sorted(shape) == sorted(want_shape):
+                        fail(f"{what}[{key!r}] shape {shape}: the kit's runtime is batch-first, {want_shape}")
+                    fail(f"{what}[{key!r}] shape is {shape}, expected {want_shape}")
+            x = y.detach()
+
+
+def check_input_grad(fn, cases) -> None:
+    for n in cases:
+        for s in range(n):
+            got = call(fn, s, n, name="needs_input_grad")
+            want = not _kit_stage(small_cfg(layers=n), s, n).pre_process
+            if got is want:
+                continue
+            if s == 0:
+                fail(f"needs_input_grad(0, {n}) is {describe(got)}: stage 0's input is integer token ids; its backward "
+                     "ends at the embedding weights and has nothing to send upstream")
+            fail(f"needs_input_grad({s}, {n}) is {describe(got)}: stage {s} must send the gradient of its input back "
+                 "to stage {s - 1}, so the received activation needs requires_grad_()")
+
+
+def check_param_counts(fn, cases) -> None:
+    for cfg, n in cases:
+        what = f"stage_param_counts(<cfg layers={cfg.layers}, hidden={cfg.hidden}, vocab={cfg.vocab}>, {n})"
+        got = call(fn, cfg, n, name="stage_param_counts")
+        expect_type(got, (list, tuple), what)
+        want = [c.params for c in stage_costs(kit_layout(cfg.layers, n), spec_of(cfg), n)]
+        if list(got) == want:
+            continue
+        if len(got) != n:
+            fail(f"{what} has {len(got)} entries; one per stage, {n}")
+        for s, (g, w) in enumerate(zip(got, want)):
+            if g != w:
+                fail(f"{what}[{s}] is {describe(g)}, expected {w:,} (count the parameters of the stage you build: "
+                     "sum(p.numel() for p in stage.parameters()); on the meta device it costs no memory)")
+
+
+def check_seed_imbalance(value) -> None:
+    spec = PRESETS["seed-pp8"][0]
+    params = [c.params for c in stage_costs(even_layout(spec.layers, 8), spec, 8)]
+    want = max(params) / min(params)
+    got = expect_number(value, "seed_imbalance")
+    if close(got, want, rel=1e-4):
+        return
+    if close(got, 39.1 / 14.2, rel=1e-4):
+        fail(f"seed_imbalance is {got:.4f}, the ratio of the rounded seed figures; the exact counts "
+             f"{max(params):,} / {min(params):,} give {want:.4f}")
+    if close(got, params[-1] / min(params), rel=1e-4):
+        fail(f"seed_imbalance is {got:.4f}, the last stage over a middle one; the largest stage is stage 0 "
+             "(embedding: V*h + s*h is larger than the head's V*h + 2h)")
+    fail(f"seed_imbalance is {got:.4f}; it is max/min of the per-stage parameter counts of seed-pp8 on pp=8")
+
+
+def check_cost_table(fn, cases) -> None:
+    for preset, pp in cases:
+        spec = PRESETS[preset][0]
+        what = f"cost_table(PRESETS[{preset!r}][0], {pp})"
+        got = call(fn, spec, pp, name="cost_table")
+        expect_keys(got, ("params", "fwd_flops", "activation_bytes"), what)
+        costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+        want = {"params": [c.params for c in costs], "fwd_flops": [c.fwd_flops for c in costs],
+                "activation_bytes": [c.activation_bytes for c in costs]}
+        for key in ("params", "fwd_flops", "activation_bytes"):
+            g = got[key]
+            expect_type(g, (list, tuple), f"{what}[{key!r}]")
+            if len(g) != pp:
+                fail(f"{what}[{key!r}] has {len(g)} entries, one per stage: {pp}")
+            for s, (a, b) in enumerate(zip(g, want[key])):
+                a = expect_number(a, f"{what}[{key!r}][{s}]")
+                if close(a, b, rel=1e-9):
+                    continue
+                if key == "fwd_flops" and close(a, 2 * b, rel=1e-9):
+                    fail(f"{what}['fwd_flops'][{s}] is the backward's FLOPs (2x forward); give the forward")
+                if key == "fwd_flops" and close(a, b / (spec.seq_len * spec.micro_batch_size), rel=1e-9):
+                    fail(f"{what}['fwd_flops'][{s}] is per token; give it per microbatch (x s*b)")
+                fail(f"{what}[{key!r}][{s}] is {a:,.0f}, stage_costs gives {b:,.0f}")
+
+
+def check_grad_run(layout_text, predicted, run, run_args, pp: int = 4) -> None:
+    cfg, mbs, _ = cfg_from_run(run_args)
+    expect_type(layout_text, str, "my_layout")
+    try:
+        lay = parse_layout(layout_text, pp=pp, layers=cfg.layers)
+    except LayoutError as exc:
+        fail(f"my_layout {layout_text!r} is not a legal layout for pp={pp}, {cfg.layers} layers: {exc}")
+    if lay.num_stages != pp:
+        fail(f"my_layout has {lay.num_stages} stages; a 1F1B run on {pp} ranks needs {pp} (one per rank)")
+    sizes = [len(s.layers) for s in lay.stages]
+    if not (sizes[0] < max(sizes[1:-1]) and sizes[-1] < max(sizes[1:-1])):
+        fail(f"my_layout gives the stages {sizes} decoder layers: the endpoint stages already carry the embedding and "
+             "the output layer, so give each of them fewer decoder layers than the busiest middle stage")
+    want = [c.params for c in stage_costs(lay, spec_of(cfg, mbs), pp)]
+    expect_type(predicted, (list, tuple), "my_layout_params")
+    if list(predicted) != want:
+        fail(f"my_layout_params is {describe(list(predicted))}; stage_costs(parse_layout(my_layout), ModelSpec(...), "
+             f"{pp}) counts the stages of that layout for the run's model (see `python -m pipeline_kit.run --help`)")
+    out = getattr(run, "stdout", "") or ""
+    if getattr(run, "returncode", 1) != 0:
+        err = (getattr(run, "stderr", "") or "").strip().splitlines()
+        fail(f"the torchrun job failed (return code {getattr(run, 'returncode', None)}): "
+             f"{err[-1] if err else 'no message'}")
+    m = re.search(r"parameters per stage: ([\d, ]+)", out)
+    printed = [int(x.replace(",", "")) for x in re.findall(r"[\d,]+\d", m.group(1))] if m else None
+    if printed != want:
+        fail(f"the run built stages with {printed} parameters, the layout predicts {want}")
+    g = re.search(r"grads match the single-process reference: (\w+)", out)
+    if not g or g.group(1) != "True":
+        fail("the real run's gradients do not match the single-process reference: "
+             f"{g.group(0) if g else 'no gradient check in its output (pass --check-grads)'}")
+
+
+# -- M047 follow-up ------------------------------------------------------------------------------
+def _seed_costs(pp=8):
+    spec = PRESETS["seed-pp8"][0]
+    return spec, stage_costs(even_layout(spec.layers, pp), spec, pp)
+
+
+def check_baseline(layers, params) -> None:
+    spec, costs = _seed_costs()
+    middle = costs[1]
+    got_l = expect_number(layers, "baseline_layers")
+    if got_l != len(middle.spec.layers):
+        fail(f"baseline_layers is {got_l:g}: {spec.layers} decoder layers over 8 stages is "
+             f"{len(middle.spec.layers)} per stage")
+    got_p = expect_number(params, "baseline_params")
+    if got_p == middle.params:
+        return
+    if got_p == middle.params // len(middle.spec.layers):
+        fail(f"baseline_params is {got_p:,.0f}, one decoder layer; a middle stage holds "
+             f"{len(middle.spec.layers)}")
+    fail(f"baseline_params is {got_p:,.0f}; count (4 + 2f)h^2 + (9 + f)h per decoder layer (or stage_costs)")
+
+
+def check_endpoint_extra(fn, presets) -> None:
+    for preset in presets:
+        spec = PRESETS[preset][0]
+        pp = max(2, min(8, spec.layers // 2))
+        costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+        layer = costs[1].params // len(costs[1].spec.layers)
+        want = {"first": costs[0].params - len(costs[0].spec.layers) * layer,
+                "last": costs[-1].params - len(costs[-1].spec.layers) * layer}
+        what = f"endpoint_extra(PRESETS[{preset!r}][0])"
+        got = call(fn, spec, name="endpoint_extra")
+        expect_keys(got, ("first", "last"), what)
+        v, h, s = spec.vocab, spec.hidden, spec.seq_len
+        for key in ("first", "last"):
+            g = expect_number(got[key], f"{what}[{key!r}]")
+            if g == want[key]:
+                continue
+            if key == "first" and g == v * h:
+                fail(f"{what}['first'] is V*h only: the first stage also holds the position embedding, s*h = {s * h:,}")
+            if key == "last" and g == v * h:
+                fail(f"{what}['last'] is V*h only: the last stage also holds the final LayerNorm (weight and bias, 2h)")
+            if key == "last" and g in (v * h + v, v * h + 2 * h + v):
+                fail(f"{what}['last'] counts a bias of the output layer; it has none (bias=False, as in Megatron)")
+            fail(f"{what}[{key!r}] is {g:,.0f}, expected {want[key]:,}")
+
+
+def check_tied(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import GPT, build_stage
+    for cfg, n in cases:
+        what = f"tied_counts(<cfg tie_embeddings=True, layers={cfg.layers}>, {n})"
+        got = call(fn, cfg, n, name="tied_counts")
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            fail(f"{what} must return (per-stage counts, unique total), got {describe(got)}")
+        per, unique = got
+        with torch.device("meta"):
+            want_per = [build_stage(cfg, s, n).num_params() for s in range(n)]
+            want_unique = sum(p.numel() for p in GPT(cfg).parameters())
+        expect_type(per, (list, tuple), f"{what}[0]")
+        vh = cfg.vocab * cfg.hidden
+        if list(per) != want_per:
+            if list(per[:-1]) == want_per[:-1] and per[-1] == want_per[-1] - vh:
+                fail(f"{what}: the last stage still holds its own copy of the V x h matrix; tying shares values "
+                     "(the copies' gradients are summed each step), not memory across ranks")
+            fail(f"{what}[0] is {describe(list(per))}, expected {want_per}")
+        u = expect_number(unique, f"{what}[1]")
+        if u == sum(want_per):
+            fail(f"{what}[1] is the sum over stages; in the model the two copies are one parameter, so the unique "
+                 f"count is {vh:,} smaller")
+        if u != want_unique:
+            fail(f"{what}[1] is {u:,.0f}, expected {want_unique:,} (sum(p.numel() for p in GPT(cfg).parameters()))")
+
+
+def decide_by_time_expected(spec, pp, m):
+    costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+    params = [c.params for c in costs]
+    flops = [c.fwd_flops for c in costs]
+    sched = build_schedule("1f1b", pp, m)
+    equal = simulate(sched, fwd=1, bwd=2).makespan
+    w = [f / min(flops) for f in flops]
+    by_flops = simulate(sched, fwd=w, bwd=[2 * x for x in w]).makespan
+    return {"by_params": params.index(max(params)), "by_time": flops.index(max(flops)),
+            "makespan_ratio": by_flops / equal}
+
+
+def check_decide_by_time(fn, cases) -> None:
+    for preset, pp, m in cases:
+        spec = PRESETS[preset][0]
+        what = f"decide_by_time(PRESETS[{preset!r}][0], {pp}, {m})"
+        got = call(fn, spec, pp, m, name="decide_by_time")
+        expect_keys(got, ("by_params", "by_time", "makespan_ratio"), what)
+        want = decide_by_time_expected(spec, pp, m)
+        if got["by_params"] != want["by_params"]:
+            fail(f"{what}['by_params'] is {describe(got['by_params'])}, expected stage {want['by_params']}")
+        if got["by_time"] != want["by_time"]:
+            if got["by_time"] == want["by_params"]:
+                fail(f"{what}['by_time'] is stage {got['by_time']}, the heaviest in parameters: its embedding is a "
+                     "lookup and costs almost no FLOPs; the output layer's h x V matmul per token does")
+            fail(f"{what}['by_time'] is {describe(got['by_time'])}, expected stage {want['by_time']}")
+        r = expect_number(got["makespan_ratio"], f"{what}['makespan_ratio']")
+        if not close(r, want["makespan_ratio"], rel=1e-6):
+            fail(f"{what}['makespan_ratio'] is {r:.4f}, expected {want['makespan_ratio']:.4f}: simulate 1F1B with "
+                 "each stage's fwd proportional to its forward FLOPs (bwd = 2 x fwd) and divide by the balanced "
+                 "simulation's makespan")
+
+
+# -- M048 ----------------------------------------------------------------------------------------
+class _Received:
+    """Wraps a stage: a non-first stage must get its input as P2P delivers it, with no graph behind it."""
+
+    def __init__(self, module, first: bool):
+        self.module, self.first = module, first
+        self.calls = 0
+
+    def __call__(self, x):
+        from .common import LabCheckFailed
+        self.calls += 1
+        if not self.first and x.grad_fn is not None:
+            raise LabCheckFailed(
+                f"stage {self.module.stage} received a tensor still attached to the previous stage's graph; in a "
+                "pipeline it arrives through P2P with no graph: detach it and call requires_grad_() so that "
+                "backward leaves its gradient in .grad, then send that gradient back to the previous stage")
+        return self.module(x)
+
+    def parameters(self):
+        return self.module.parameters()
+
+    def named_parameters(self):
+        return self.module.named_parameters()
+
+
+def _pipeline_run(fn, cfg, n, m, mbs=2):
+    import torch
+
+    from ...runtime.grads import reference_grads
+    from ...runtime.model import build_stage, make_batch
+    tokens, targets = make_batch(cfg, m, mbs, 0)
+    stages = [_Received(build_stage(cfg, s, n), s == 0) for s in range(n)]
+    value = call(fn, stages, tokens, targets, name="pipeline_step")
+    ref = reference_grads(cfg, tokens, targets)
+    return stages, value, ref, tokens, targets, torch
+
+
+def check_last_stage(fn, cases) -> None:
+    for cfg, n, m in cases:
+        stages, _, ref, _, _, torch = _pipeline_run(fn, cfg, n, m)
+        what = f"pipeline_step(<{n} stages>, {m} microbatches)"
+        for s, st in enumerate(stages):
+            if st.calls != m:
+                fail(f"{what} ran stage {s} {st.calls} times; every stage runs once per microbatch ({m})")
+        ratios = []
+        for s, st in enumerate(stages):
+            for name, p in st.named_parameters():
+                if p.grad is None or not torch.any(p.grad != 0):
+                    fail(f"{what}: stage {s}'s parameter {name} has no gradient -- backward starts from the loss on "
+                         "the last stage; each earlier stage must run backward from the gradient of its output, "
+                         "received from the next stage (output.backward(grad))")
+                r = (p.grad * ref[name]).sum() / (ref[name] * ref[name]).sum()
+                if not torch.allclose(p.grad, r * ref[name], rtol=1e-3, atol=1e-6 * float(ref[name].abs().max())):
+                    fail(f"{what}: the gradient of {name} (stage {s}) does not follow the reference's direction: the "
+                         "loss must be the cross-entropy of the last stage's logits with that microbatch's targets")
+                ratios.append(float(r))
+        if max(ratios) - min(ratios) > 1e-3 * max(abs(x) for x in ratios):
+            fail(f"{what}: the stages' gradients are scaled differently ({min(ratios):.3g}x to {max(ratios):.3g}x the "
+                 "reference): apply the loss and any scaling once, on the last stage, and send gradients back unchanged")
+
+
+def check_scaling(fn, cases) -> None:
+    for cfg, n, m in cases:
+        stages, value, ref, tokens, targets, torch = _pipeline_run(fn, cfg, n, m)
+        what = f"pipeline_step(<{n} stages>, {m} microbatches)"
+        name, p = next(iter(stages[-1].named_parameters()))
+        if p.grad is None:
+            fail(f"{what} left no gradient on the last stage")
+        r = float((p.grad * ref[name]).sum() / (ref[name] * ref[name]).sum())
+        if not close(r, 1.0, rel=1e-4):
+            if close(r, m, rel=1e-3):
+                fail(f"{what}: the gradients are {r:.2f}x the full-batch mean's: divide each microbatch's loss by M = "
+                     f"{m} before backward, so the accumulated gradient is the mean over microbatches")
+            if close(r, 1 / m, rel=1e-3):
+                fail(f"{what}: the gradients are 1/{m} of the full-batch mean's: the loss is divided by M twice")
+            fail(f"{what}: the gradients are {r:.3g}x the full-batch mean's, expected exactly 1x")
+        from ...runtime.model import GPT, lm_loss
+        with torch.no_grad():
+            gpt = GPT(cfg)
+            want = float(sum(lm_loss(gpt(x), y) for x, y in zip(tokens, targets)) / m)
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                fail(f"{what} returns the loss with its graph; return a plain number for the log (loss.item())")
+            value = float(value)
+        got = expect_number(value, f"the value {what} returns")
+        if close(got, want, rel=1e-4):
+            continue
+        if close(got, want * m, rel=1e-4):
+            fail(f"{what} returns {got:.4f}, the sum of the microbatch losses; log their mean ({want:.4f})")
+        if close(got, want / m, rel=1e-4):
+            fail(f"{what} returns {got:.4f}: the mean of the 1/M-scaled losses; the scaled losses add up to the mean")
+        fail(f"{what} returns {got:.4f}, expected the mean microbatch loss {want:.4f}")
+
+
+def kit_logged_loss(cfg, m, mbs) -> float:
+    import torch
+
+    from ...runtime.model import GPT, lm_loss, make_batch
+    tokens, targets = make_batch(cfg, m, mbs, 0)
+    with torch.no_grad():
+        gpt = GPT(cfg)
+        return float(sum(lm_loss(gpt(x), y) / m for x, y in zip(tokens, targets)))
+
+
+def check_logged_loss(fn, run=None, run_args=None, cases=()) -> None:
+    todo = list(cases)
+    if run_args is not None:
+        todo.insert(0, cfg_from_run(run_args))
+    for i, (cfg, mbs, m) in enumerate(todo):
+        what = f"logged_loss(<cfg layers={cfg.layers}, hidden={cfg.hidden}>, {m}, {mbs})"
+        got = expect_number(call(fn, cfg, m, mbs, name="logged_loss"), what)
+        want = kit_logged_loss(cfg, m, mbs)
+        if close(got, want, rel=1e-5):
+            if i == 0 and run is not None and getattr(run, "returncode", 1) == 0:
+                printed = re.search(r"step 1/\d+ .*?loss ([\d.]+)", run.stdout)
+                if printed and abs(got - float(printed.group(1))) > 5.1e-5:
+                    fail(f"{what} is {got:.4f} but the real run logged {printed.group(1)}")
+            continue
+        if close(got, want * m, rel=1e-5):
+            fail(f"{what} is {got:.4f}, the sum over microbatches; the run logs the mean (the 1/M-scaled losses "
+                 "added up)")
+        if close(got, want / m, rel=1e-5):
+            fail(f"{what} is {got:.4f}: divided by M twice")
+        fail(f"{what} is {got:.4f}; the run logs the mean cross-entropy of step 1 over its {m} microbatches, "
+             "computed with the initial weights on make_batch(cfg, M, mbs, step=0)")
+
+
+def check_dp_log(fn, cases) -> None:
+    import torch
+    for replicas in cases:
+        what = f"dp_logged_loss({replicas})"
+        got = expect_number(call(fn, [list(r) for r in replicas], name="dp_logged_loss"), what)
+        want = float(torch.tensor(replicas, dtype=torch.float64).mean())
+        if close(got, want, rel=1e-9):
+            continue
+        if close(got, sum(replicas[0]) / len(replicas[0]), rel=1e-9):
+            fail(f"{what} is {got:.4f}, the first replica only; every data-parallel replica trains on other data, "
+                 "and the log shows their mean")
+        if close(got, want * len(replicas), rel=1e-9):
+            fail(f"{what} is {got:.4f}, the sum over replicas; average them")
+        fail(f"{what} is {got:.4f}, expected {want:.4f}")
+
+
+def check_vocab_parallel(fn, cases) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from .common import LabCheckFailed
+
+    joins = (torch.cat, torch.stack, torch.concat, torch.hstack, torch.vstack, torch.column_stack,
+             torch.concatenate, torch.dstack)
+
+    class Shard(torch.Tensor):
+        """A logits shard of one TP rank: joining shards into the full [N, V] logits is refused (joining
+        per-token results, as an all-reduce of [N] vectors would, is fine)."""
+
+        full = 0
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            out = super().__torch_function__(func, types, args, kwargs or {})
+            if func in joins and isinstance(out, torch.Tensor) and out.numel() >= cls.full:
+                raise LabCheckFailed("vocab_parallel_ce gathered the shards into the full [N, V] logits: on a real "
+                                     "TP group that is the all-gather vocabulary parallelism exists to avoid. Reduce "
+                                     "per-token numbers (max, sum of exps, the target's logit) across shards instead")
+            return out
+
+    for n, vocab, tp, scale, seed in cases:
+        gen = torch.Generator().manual_seed(seed)
+        logits = torch.randn(n, vocab, generator=gen, dtype=torch.float32) * scale
+        targets = torch.randint(0, vocab, (n,), generator=gen)
+        want = F.cross_entropy(logits, targets)
+        Shard.full = n * vocab if tp > 1 else n * vocab + 1  # one shard is the whole vocabulary already
+        shards = [s.clone().as_subclass(Shard) for s in logits.chunk(tp, dim=1)]
+        what = f"vocab_parallel_ce(<{tp} shards of [{n}, {vocab // tp}]>, targets)"
+        got = call(fn, shards, targets.clone(), name="vocab_parallel_ce")
+        if isinstance(got, torch.Tensor):
+            got = got.as_subclass(torch.Tensor)
+            if got.numel() != 1:
+                fail(f"{what} returned shape {tuple(got.shape)}; return the mean loss over the {n} tokens (a scalar)")
+            got = float(got)
+        if isinstance(got, float) and not math.isfinite(got):
+            fail(f"{what} is {got} for logits of size ~{scale:g}: exp overflows. Subtract the max over the whole "
+                 "vocabulary first -- an all-reduce(MAX) of the shards' maxima -- as Megatron's "
+                 "vocab_parallel_cross_entropy does")
+        got = expect_number(got, what)
+        if close(got, float(want), rel=1e-4, abs_=1e-5):
+            continue
+        local = sum(float(F.cross_entropy(s.as_subclass(torch.Tensor), (targets - k * (vocab // tp)).clamp(0, vocab // tp - 1)))
+                    for k, s in enumerate(logits.chunk(tp, dim=1))) / tp
+        if close(got, local, rel=1e-3):
+            fail(f"{what} is {got:.4f}, the average of per-shard cross-entropies; a shard's softmax normalises over "
+                 f"its {vocab // tp} words only: all-reduce(SUM) the sums of exps over the TP group")
+        fail(f"{what} is {got:.4f}, cross-entropy over the full vocabulary is {float(want):.4f}: the target's logit "
+             "comes from the shard that owns the target id (shard k owns ids k*V/t .. (k+1)*V/t - 1)")
+
+
+def check_contributions(fn, cases) -> None:
+    for pp, loss in cases:
+        what = f"contributions({pp}, {loss})"
+        got = call(fn, pp, loss, name="contributions")
+        expect_type(got, (list, tuple), what)
+        owner = select_schedule(pp).loss_rank
+        want = [loss if r == owner else 0.0 for r in range(pp)]
+        if len(got) != pp:
+            fail(f"{what} has {len(got)} values; one per pipeline rank ({pp})")
+        if [float(x) for x in got] == want:
+            continue
+        if float(got[0]) == loss and owner != 0:
+            fail(f"{what}: rank 0 has no loss -- it holds the embedding, not the output layer. Only rank {owner}, "
+                 "the last stage, has a non-zero value")
+        fail(f"{what} is {describe(list(got))}: the last stage (rank {owner}) contributes the loss, every other rank 0")
+
+
+def check_log_tensor(fn) -> None:
+    import torch
+    torch.manual_seed(3)
+    w = torch.randn(4, 5, requires_grad=True)
+    x, y = torch.randn(6, 4), torch.randint(0, 5, (6,))
+    want_grad = torch.autograd.grad(torch.nn.functional.cross_entropy(x @ w, y), w)[0]
+    loss = torch.nn.functional.cross_entropy(x @ w, y)
+    value = loss.detach().item()
+    t = call(fn, loss, name="loss_for_logging")
+    if not isinstance(t, torch.Tensor):
+        fail(f"loss_for_logging must return a tensor (all_reduce works in place on a tensor), got {type(t).__name__}")
+    if t.requires_grad:
+        fail("loss_for_logging returned a tensor that is part of the autograd graph: the logging collective must run "
+             "on a detached value, never on a graph node")
+    if t.numel() != 1 or not close(float(t), value, rel=1e-6):
+        fail(f"loss_for_logging returned {describe(t.tolist())}; it must hold the loss value {value:.6f}")
+    if t.untyped_storage().data_ptr() == loss.untyped_storage().data_ptr():
+        fail("loss_for_logging returned a tensor sharing the loss's storage (detach() alone does): the in-place "
+             "all_reduce would overwrite the loss the last stage still uses. Make a new tensor (detach().clone())")
+    t.add_(100.0)  # what an in-place all_reduce does to it
+    loss.backward()
+    if not close(loss.detach().item(), value, rel=1e-6) or w.grad is None or not torch.allclose(w.grad, want_grad):
+        fail("after the logging reduction the loss or its gradient changed: keep logging outside autograd")
+
+
+def max_trick(dp_losses, pp, op):
+    """What rank 0 logs after all_reduce(op) over the world: pp ranks per replica, only last stages non-zero."""
+    import torch
+    values = torch.tensor([0.0] * ((pp - 1) * len(dp_losses)) + list(dp_losses), dtype=torch.float64)
+    return float(values.max() if op == "max" else values.sum())
+
+
+def check_max_trick(logged_by, max_ok, cases, pp=4) -> None:
+    for dp_losses in cases:
+        for op in ("max", "sum"):
+            what = f"logged_by({op!r}, {dp_losses}, {pp})"
+            got = expect_number(call(logged_by, op, list(dp_losses), pp, name="logged_by"), what)
+            want = max_trick(dp_losses, pp, op)
+            if close(got, want, rel=1e-9, abs_=1e-12):
+                continue
+            if op == "max" and close(got, max(dp_losses), rel=1e-9):
+                fail(f"{what} is {got:g}: the other ranks' zeros take part in the reduction too, and 0 > {max(dp_losses):g}")
+            fail(f"{what} is {got:g}, expected {want:g} (every rank's value enters the all-reduce)")
+        mean = sum(dp_losses) / len(dp_losses)
+        want_ok = close(max_trick(dp_losses, pp, "max"), mean, rel=1e-12, abs_=1e-12)
+        got_ok = call(max_ok, list(dp_losses), name="max_trick_ok")
+        if got_ok is not want_ok:
+            why = ("a negative loss loses to the other ranks' zeros" if min(dp_losses) < 0 else
+                   "with several data-parallel replicas MAX logs the largest, not the mean" if len(set(dp_losses)) > 1
+                   else "one non-negative value and zeros: MAX returns it")
+            fail(f"max_trick_ok({list(dp_losses)}) is {describe(got_ok)}, expected {want_ok}: {why}")
+
+
+def check_production(log_rank, choice, cases) -> None:
+    for pp, vpp in cases:
+        got = call(log_rank, pp, vpp, name="production_log_rank")
+        want = select_schedule(pp, vpp).loss_rank
+        sched = build_schedule("interleaved" if vpp and vpp > 1 else "1f1b", pp, 2 * pp, vpp if vpp and vpp > 1 else None)
+        assert want == (sched.stages - 1) % pp
+        if got != want:
+            fail(f"production_log_rank({pp}, {vpp}) is {describe(got)}: log (or broadcast from) the rank holding the "
+                 f"last virtual stage, rank {want}")
+    if choice not in PRODUCTION:
+        fail(f"production_op is {describe(choice)}; choose from {sorted(PRODUCTION)}")
+    if PRODUCTION[choice]:
+        fail(f"production_op {choice!r}: {PRODUCTION[choice]}")

@@ -1,0 +1,191 @@
+"""The notebook grader: every solution scores full marks, every untouched lab zero, and a student's notebook
+can never crash it -- syntax errors, exceptions, infinite loops, dead kernels and deleted cells cost points."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import nbformat
+import pytest
+from lab_grading import LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, lab_names, with_answers
+
+from pipeline_kit.grading.notebook import grade, is_answer, is_test, nbgrader_meta
+from pipeline_kit.grading.release import make_labs
+
+LAB1 = "lab01_schedule_selection"
+
+
+@pytest.mark.parametrize("lab", lab_names())
+def test_solution_scores_full_marks(lab):
+    report = grade(SOLUTIONS / f"{lab}.ipynb")
+    assert report.max_score > 0
+    assert report.score == report.max_score, report.text()
+
+
+@pytest.mark.parametrize("lab", lab_names())
+def test_untouched_lab_scores_zero(lab):
+    report = grade(LABS / f"{lab}.ipynb")
+    assert report.max_score > 0
+    assert report.score == 0, report.text()
+    assert all(c.feedback and c.feedback != "passed" for c in report.checks)
+
+
+def test_labs_are_generated_from_solutions():
+    assert make_labs(check=True) == [], "run `python -m pipeline_kit make-labs`"
+
+
+def test_labs_hide_solutions_and_hidden_tests():
+    for lab in lab_names():
+        text = (LABS / f"{lab}.ipynb").read_text()
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+            assert marker not in text, f"{lab}: {marker}"
+        nb = nbformat.read(str(LABS / f"{lab}.ipynb"), as_version=4)
+        for cell in nb.cells:
+            if is_answer(cell) and cell.cell_type == "code":
+                assert "raise NotImplementedError()" in cell.source
+            assert not cell.get("outputs")
+
+
+def test_points_follow_the_seed_rubric():
+    """Each question's checks add up to 10 (main) + 5 (follow-up), and the labs cover M041-M054."""
+    totals = defaultdict(float)
+    for lab in lab_names():
+        nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
+        ids = set()
+        for cell in nb.cells:
+            meta = nbgrader_meta(cell)
+            if meta:
+                assert meta.get("schema_version") == 3 and meta.get("grade_id"), (lab, meta)
+                assert meta["grade_id"] not in ids, (lab, meta["grade_id"])
+                ids.add(meta["grade_id"])
+            if is_answer(cell):
+                assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, (lab, meta)
+            if is_test(cell):
+                assert meta["locked"] and meta["points"] > 0, (lab, meta)
+                match = re.fullmatch(r"(m0\d\d)_(main|follow)_\w+", meta["grade_id"])
+                assert match, f"{lab}: test cell {meta['grade_id']} is not named m0XX_main_* / m0XX_follow_*"
+                totals[match.group(1), match.group(2)] += meta["points"]
+    for q in range(41, 55):
+        assert totals[f"m0{q}", "main"] == 10, (q, dict(totals))
+        assert totals[f"m0{q}", "follow"] == 5, (q, dict(totals))
+    assert len(totals) == 28
+
+
+def test_nbgrader_generates_the_same_lab(tmp_path):
+    """An instructor can import solutions/ into nbgrader unchanged: its own generate_assignment gives labs/."""
+    bindir = str(Path(sys.executable).parent)
+    nbgrader = shutil.which("nbgrader", path=bindir)
+    assert nbgrader, "nbgrader is in requirements.txt"
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}  # it runs `alembic`
+    (tmp_path / "source" / "lab01").mkdir(parents=True)
+    shutil.copy(SOLUTIONS / f"{LAB1}.ipynb", tmp_path / "source" / "lab01")
+    proc = subprocess.run([nbgrader, "generate_assignment", "lab01", "--force"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    theirs = nbformat.read(str(tmp_path / "release" / "lab01" / f"{LAB1}.ipynb"), as_version=4)
+    ours = nbformat.read(str(LABS / f"{LAB1}.ipynb"), as_version=4)
+    assert [c.source for c in theirs.cells] == [c.source for c in ours.cells]
+    assert [nbgrader_meta(c) for c in theirs.cells] == [nbgrader_meta(c) for c in ours.cells]
+
+
+# -- a student's notebook can never crash the grader ------------------------------------------------------
+
+def test_syntax_error_costs_only_its_own_points(tmp_path):
+    report = grade_answers(tmp_path, LAB1, {"megatron_function": "megatron_function = {'1f1b': }"})
+    assert_partial(report, {"m041_main_source": "SyntaxError"})
+
+
+def test_infinite_loop_is_interrupted(tmp_path):
+    loop = "def choose_schedule(pp, vpp=None):\n    while True:\n        pass\n"
+    report = grade_answers(tmp_path, LAB1, {"choose_schedule": loop}, timeout=4)
+    assert_partial(report, {"m041_main_selection": "timed out after 4 s"})
+
+
+def test_kernel_that_ignores_interrupts_is_killed_and_the_rest_still_graded(tmp_path):
+    stubborn = ("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "megatron_function = None\nwhile True:\n    pass\n")
+    report = grade_answers(tmp_path, LAB1, {"megatron_function": stubborn}, timeout=3)
+    assert_partial(report, {"m041_main_source": "killed"})
+
+
+def test_dead_kernel_costs_only_the_cells_that_needed_it(tmp_path):
+    report = grade_answers(tmp_path, LAB1, {"differences": "import os\nos._exit(3)\n"})
+    assert_partial(report, {"m041_main_differences": "the kernel died"})
+
+
+def test_wrong_type_is_named(tmp_path):
+    report = grade_answers(tmp_path, LAB1, {"megatron_function": "megatron_function = 'forward_backward'"})
+    assert_partial(report, {"m041_main_source": "megatron_function must be dict, got str"})
+
+
+def test_deleted_answer_cell_and_edited_tests(tmp_path):
+    path = with_answers(tmp_path, LAB1, {})
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") != "megatron_function"]
+    for cell in nb.cells:  # a student who "fixes" the tests gains nothing: the canonical tests run
+        if is_test(cell):
+            cell.source = "pass"
+    nbformat.write(nb, str(path))
+    report = grade(path)
+    assert_partial(report, {"m041_main_source": "answer cell 'megatron_function' is missing from your notebook"})
+
+
+def test_students_own_cells_are_kept(tmp_path):
+    path = with_answers(tmp_path, LAB1, {"choose_schedule": "def choose_schedule(pp, vpp=None):\n"
+                                                            "    return helper(pp, vpp)\n"})
+    nb = nbformat.read(str(path), as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == "choose_schedule")
+    nb.cells.insert(at, nbformat.v4.new_code_cell(
+        "def helper(pp, vpp):\n    return 'no-pipelining' if pp == 1 else 'interleaved' if (vpp or 1) > 1 else '1f1b'"))
+    nbformat.write(nb, str(path))
+    report = grade(path)
+    assert report.score == report.max_score, report.text()
+
+
+# -- the command line ---------------------------------------------------------------------------------
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "pipeline_kit", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, check=False)
+
+
+def test_grade_json_contract(tmp_path):
+    path = with_answers(tmp_path, LAB1, {"megatron_function": "megatron_function = {}"})
+    proc = _cli("grade", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"notebook", "score", "max_score", "checks"}
+    assert out["max_score"] == 15 and out["score"] == 13
+    assert all(set(c) == {"name", "points", "max_points", "feedback"} for c in out["checks"])
+    failed = [c for c in out["checks"] if c["points"] < c["max_points"]]
+    assert [c["name"] for c in failed] == ["m041_main_source"]
+    assert "megatron_function is missing 'no-pipelining'" in failed[0]["feedback"]
+
+
+def test_grade_rejects_what_is_not_a_lab(tmp_path):
+    other = tmp_path / "notes.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(), str(other))
+    proc = _cli("grade", str(other))
+    assert proc.returncode == 2
+    assert "not a pipeline-kit lab" in proc.stderr and "lab01_schedule_selection" in proc.stderr
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("{not json")
+    proc = _cli("grade", str(broken))
+    assert proc.returncode == 2 and "not a readable notebook" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_make_labs_check_reports_a_stale_lab(tmp_path):
+    labs = tmp_path / "labs"
+    shutil.copytree(LABS, labs)
+    stale = labs / f"{LAB1}.ipynb"
+    stale.write_text(stale.read_text().replace("Lab 1", "Lab one"))
+    (labs / "lab99_old.ipynb").write_text("{}")
+    problems = make_labs(SOLUTIONS, labs, check=True)
+    assert any("out of date" in p and LAB1 in p for p in problems)
+    assert any("lab99_old.ipynb: has no source" in p for p in problems)

@@ -1,0 +1,191 @@
+"""Lab 3 (M044, M045): typical wrong answers lose exactly their points, with feedback naming the mistake."""
+
+from fractions import Fraction
+
+import pytest
+from lab_grading import assert_partial, grade_answers
+
+from pipeline_kit.grading.labs import lab03
+from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.layout import PRESETS, boundary_bytes, even_layout, stage_costs
+from pipeline_kit.schedules import build_schedule
+from pipeline_kit.sim import simulate
+
+LAB = "lab03_bubble"
+
+
+# -- whole notebook, graded (each runs the lab, torchrun included) -----------------------------
+def test_over_ideal_used_as_step_share(tmp_path):
+    wrong = """
+from fractions import Fraction
+def makespan(pp, microbatches, f, b):
+    return (microbatches + pp - 1) * (f + b)
+def bubble_fraction(pp, microbatches):
+    return Fraction(pp - 1, microbatches)
+def bubble_over_ideal(pp, microbatches):
+    return Fraction(pp - 1, microbatches)
+"""
+    report = grade_answers(tmp_path, LAB, {"formula": wrong}, timeout=180)
+    assert_partial(report, {"m044_main_formula": "bubble over the *ideal* time"})
+
+
+def test_plan_copies_the_measured_makespan(tmp_path):
+    wrong = """
+def timeline_plan(trace):
+    fwd, bwd, _ = stage_fwd_bwd(service_times(trace))
+    chunks = trace["chunks"]
+    sched = build_schedule(trace["schedule"], trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
+    balanced = simulate(sched, fwd=sum(fwd) / len(fwd) * chunks, bwd=sum(bwd) / len(bwd) * chunks)
+    return {"measured": trace["makespan"], "achievable": trace["makespan"], "balanced": balanced.makespan}
+"""
+    report = grade_answers(tmp_path, LAB, {"timeline_plan": wrong}, timeout=180)
+    assert_partial(report, {"m044_follow_plan": "that is the measured makespan"})
+
+
+def test_gpipe_memory_at_fixed_gbs(tmp_path):
+    wrong = """
+def fixed_gbs_point(pp, gbs, M, alpha, beta):
+    b = gbs / M
+    f = alpha + beta * b
+    result = simulate(build_schedule("1f1b", pp, M), fwd=f, bwd=2 * f)
+    return {"step_time": result.makespan, "peak_sequences": M * b}
+"""
+    report = grade_answers(tmp_path, LAB, {"fixed_gbs": wrong}, timeout=180)
+    assert_partial(report, {"m045_main_memory": "GPipe's peak"})
+
+
+def test_micro_batch_size_listed_as_confounder(tmp_path):
+    wrong = """
+def confounders(run_a, run_b):
+    return {k for k in run_a if k != "microbatches" and run_a[k] != run_b[k]}
+"""
+    report = grade_answers(tmp_path, LAB, {"confounders": wrong}, timeout=180)
+    assert_partial(report, {"m045_main_design": "part of the treatment"})
+
+
+# -- the checks themselves, called directly (milliseconds) ------------------------------------
+def right_formula():
+    return (lambda pp, m, f, b: (m + pp - 1) * (f + b), lambda pp, m: Fraction(pp - 1, m + pp - 1),
+            lambda pp, m: Fraction(pp - 1, m))
+
+
+def test_formula_right_and_wrong_terms():
+    makespan, frac, over = right_formula()
+    lab03.check_formula(makespan, frac, over, [(4, 8), (2, 1), (8, 4)])
+    with pytest.raises(LabCheckFailed, match="pp instead of pp-1"):
+        lab03.check_formula(makespan, lambda pp, m: Fraction(pp, m + pp - 1), over, [(4, 8)])
+    with pytest.raises(LabCheckFailed, match="M\\+pp instead of M\\+pp-1"):
+        lab03.check_formula(makespan, lambda pp, m: Fraction(pp - 1, m + pp), over, [(4, 8)])
+    with pytest.raises(LabCheckFailed, match="drain is missing"):
+        lab03.check_formula(lambda pp, m, f, b: m * (f + b) + (pp - 1) * f, frac, over, [(4, 8)])
+    with pytest.raises(LabCheckFailed, match="idle share of the step"):
+        lab03.check_formula(makespan, frac, frac, [(4, 8)])
+
+
+def test_assumptions_flip_is_explained():
+    right = {k: k in lab03.WHY_EXACT for k in lab03.SCENARIOS}
+    lab03.check_assumptions(right)
+    with pytest.raises(LabCheckFailed, match="fill and drain still cost pp-1 slots"):
+        lab03.check_assumptions({**right, "1f1b, M < pp (pp=8, M=4)": False})
+    with pytest.raises(LabCheckFailed, match="chunk-sized steps"):
+        lab03.check_assumptions({**right, "interleaved, v=2": True})
+
+
+def test_pp8_percentages_and_mixed_definitions():
+    r = simulate(build_schedule("1f1b", 8, 16))
+    right = {"bubble": r.bubble_fraction, "utilisation": 1 - r.bubble_fraction, "bubble_over_ideal": r.bubble_over_ideal}
+    lab03.check_pp8(right)
+    with pytest.raises(LabCheckFailed, match="not a percentage"):
+        lab03.check_pp8({**right, "bubble": 30.43})
+    with pytest.raises(LabCheckFailed, match="mixes the definitions"):
+        lab03.check_pp8({**right, "utilisation": 1 - 7 / 16})
+
+
+def test_losses_scaled_by_parameters():
+    right = lab03.expected_losses()
+    lab03.check_losses(right, "kernel", "imbalance")
+    spec = PRESETS["seed-pp8"][0]
+    costs = stage_costs(even_layout(spec.layers, 8), spec, 8)
+    rel = [c.params / costs[1].params for c in costs]
+    wrong = {**right, "imbalance": simulate(build_schedule("1f1b", 8, 16), fwd=rel, bwd=[2 * x for x in rel])}
+    with pytest.raises(LabCheckFailed, match="time follows FLOPs"):
+        lab03.check_losses(wrong, "kernel", "imbalance")
+    with pytest.raises(LabCheckFailed, match="not 1.2x"):
+        lab03.check_losses({**right, "kernel": simulate(build_schedule("1f1b", 8, 16), fwd=1.2, bwd=2.4)},
+                           "kernel", "imbalance")
+    with pytest.raises(LabCheckFailed, match="busy time, not idle time"):
+        lab03.check_losses(right, "p2p", "imbalance")
+
+
+def test_measured_bubble_mistakes():
+    traces = lab03.hidden_traces()
+    lab03.check_measured_bubble(lab03.idle_share, traces)
+    with pytest.raises(LabCheckFailed, match="the formula's value"):
+        lab03.check_measured_bubble(lambda t: Fraction(t["pp"] - 1, t["microbatches"] + t["pp"] - 1), traces)
+
+    def ignores_waits(trace):
+        ops = trace["timeline"]
+        end = max(o["end"] for o in ops)
+        return 1 - sum(o["end"] - o["start"] for o in ops) / (trace["pp"] * end)
+
+    with pytest.raises(LabCheckFailed, match="P2P wait inside each op"):
+        lab03.check_measured_bubble(ignores_waits, traces)
+
+
+def test_plan_balanced_with_slowest_stage():
+    traces = lab03.hidden_traces()
+    lab03.check_plan(lab03.expected_plan, traces)
+
+    def slowest(trace):
+        out = lab03.expected_plan(trace)
+        fwd, bwd, _ = lab03.stage_fwd_bwd(lab03.service_times(trace))
+        sched = build_schedule(trace["schedule"], trace["pp"], trace["microbatches"])
+        return {**out, "balanced": simulate(sched, fwd=max(fwd), bwd=max(bwd)).makespan}
+
+    with pytest.raises(LabCheckFailed, match="slowest stage"):
+        lab03.check_plan(slowest, traces)
+
+
+def test_decomposition_checks():
+    factors, latency = lab03.expected_factors()
+    lab03.check_follow_bubble(2.59 / 8, 8 * 16 / 23, factors)
+    with pytest.raises(LabCheckFailed, match="not by the 16 microbatches"):
+        lab03.check_follow_bubble(2.59 / 16, 8 * 16 / 23, factors)
+    spec = PRESETS["seed-pp8"][0]
+    costs = stage_costs(even_layout(spec.layers, 8), spec, 8)
+    ratio = max(c.params for c in costs) / min(c.params for c in costs)
+    lab03.check_follow_imbalance(ratio, factors)
+    with pytest.raises(LabCheckFailed, match="follow FLOPs"):
+        lab03.check_follow_imbalance(ratio, {**factors, "stage imbalance": 1 / ratio})
+    lab03.check_follow_p2p(latency, factors)
+    with pytest.raises(LabCheckFailed, match="only the fixed 20 us"):
+        lab03.check_follow_p2p(20e-6, factors)
+    with pytest.raises(LabCheckFailed, match="one transfer carries one tensor"):
+        lab03.check_follow_p2p(20e-6 + 2 * boundary_bytes(spec) / 10e9, factors)
+
+
+def test_gbs_and_design_checks():
+    with pytest.raises(LabCheckFailed, match="multiply by dp"):
+        lab03.check_gbs(lambda b, m, dp: b * m, lambda s, b, m, dp: s // (b * m * dp),
+                        lambda g, m, dp: g // (m * dp), [(2, 8, 4, 1000)])
+    base = {"pp": 8, "dp": 2, "microbatches": 16, "micro_batch_size": 4, "seq_len": 2048, "layout": "even", "gpu": "H100"}
+    with pytest.raises(LabCheckFailed, match="misses 'global_batch'"):
+        lab03.check_confounders(lambda a, b: {k for k in a if k not in lab03.STUDIED and a[k] != b[k]},
+                                [(base, {**base, "microbatches": 32})])
+
+
+def test_follow_up_choices():
+    lab03.check_methods({"mechanism": "simulate", "production": "fixed_gbs"})
+    with pytest.raises(LabCheckFailed, match="per-step costs are amortised"):
+        lab03.check_methods({"mechanism": "fixed_b", "production": "fixed_gbs"})
+    with pytest.raises(LabCheckFailed, match="not the bubble|mechanism under study"):
+        lab03.check_confounder("bubble", 1.0)
+    _, _, fixed_gbs = lab03._sweeps()
+    best = max(fixed_gbs, key=fixed_gbs.get)
+    lab03.check_conclusion({"fixed_b": True, "fixed_gbs": False}, best)
+    with pytest.raises(LabCheckFailed, match="holds in one scheme only"):
+        lab03.check_conclusion({"fixed_b": True, "fixed_gbs": True}, best)
+    with pytest.raises(LabCheckFailed, match="per-step overhead is missing"):
+        lab03.check_schemes(lambda pp, m, a, be, o, b=None, gbs=None: m * b / simulate(
+            build_schedule("1f1b", pp, m), fwd=a + be * b, bwd=2 * (a + be * b)).makespan,
+                            [(8, 16, 0.5, 1.0, 50.0, {"b": 4})])

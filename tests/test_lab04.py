@@ -1,0 +1,150 @@
+"""Lab 4 (the 1F1B generator): typical wrong generators lose exactly their rubric points, with the right feedback."""
+
+import pytest
+from lab_grading import assert_partial, grade_answers
+
+from pipeline_kit.grading.labs import lab04
+from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.schedules import one_f_one_b
+
+LAB = "lab04_1f1b_generator"
+CASES = [(4, 8), (2, 3), (4, 2), (2, 1), (1, 3), (8, 16), (5, 3), (3, 1), (6, 9)]
+DEADLOCK = {"pp": 2, "microbatches": 2, "ranks": [["F0", "B0", "F1", "B1"], ["F0", "F1", "B0", "B1"]]}
+
+
+def phases_with(warmup_of, backward_of=lambda warmup, i: i):
+    """A generator of 1F1B-shaped phases with a chosen warmup rule and steady-state backward."""
+    def phases(pp, microbatches, rank):
+        w = warmup_of(pp, microbatches, rank)
+        steady = []
+        for i in range(microbatches - w):
+            steady += [f"F{w + i}", f"B{backward_of(w, i)}"]
+        return [f"F{m}" for m in range(w)], steady, [f"B{m}" for m in range(microbatches - w, microbatches)]
+    return phases
+
+
+def order_with(warmup_of):
+    phases = phases_with(warmup_of)
+    return lambda pp, microbatches, rank: [op for part in phases(pp, microbatches, rank) for op in part]
+
+
+MEGATRON = phases_with(lambda pp, m, r: min(pp - r - 1, m))
+
+
+def fails(func, *args, match: str) -> None:
+    with pytest.raises(LabCheckFailed, match=match):
+        func(*args)
+
+
+# -- fast: the check functions themselves -------------------------------------------------------------
+
+def test_reference_phases_are_the_kit_order():
+    for pp, m in CASES:
+        for r in range(pp):
+            w = lab04.megatron_warmup(pp, m, r)
+            assert [op for part in lab04.shaped(w, m) for op in part] == [op.text() for op in one_f_one_b(pp, m).ranks[r]]
+
+
+def test_right_answers_pass():
+    lab04.check_phases(MEGATRON, CASES)
+    lab04.check_warmup(MEGATRON, CASES)
+    lab04.check_order(order_with(lambda pp, m, r: min(pp - r - 1, m)), CASES)
+    lab04.check_p2p_memory(lambda pp, m, r: min(pp - r, m), DEADLOCK, CASES)
+
+
+def test_phases():
+    fails(lab04.check_phases, phases_with(lambda pp, m, r: min(pp - r - 1, m), lambda w, i: w + i), CASES,
+          match=r"after F3 the steady state runs B0, the backward of the oldest microbatch in flight, not B3")
+    fails(lab04.check_phases, lambda pp, m, r: ([], [t for i in range(m) for t in (f"B{i}", f"F{i}")], []), CASES,
+          match="alternates one forward, then one backward, starting with a forward")
+    fails(lab04.check_phases, lambda pp, m, r: ([f"F{i}" for i in range(m)], [], [f"B{i}" for i in range(m)][::-1]),
+          CASES, match="the cooldown runs the backwards left in microbatch order")
+    fails(lab04.check_phases, lambda pp, m, r: [["F0"], []], CASES, match="must return .warmup, steady, cooldown.")
+    fails(lab04.check_phases, lambda pp, m, r: 1 / 0, CASES, match="raised ZeroDivisionError")
+    lab04.check_phases(phases_with(lambda pp, m, r: min(pp - r, m)), CASES)  # a wrong warmup is the next check's
+
+
+def test_warmup():
+    fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(pp - r, m)), CASES,
+          match=r"\(4, 8, 0\): 4 warmup forwards is one too many -- rank 0 runs pp - rank - 1 = 3")
+    fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(pp - 1, m)), CASES,
+          match="every rank runs 3 warmup forwards, but the warmup differs by rank")
+    fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(r, m)), CASES, match="reversed")
+    fails(lab04.check_warmup, phases_with(lambda pp, m, r: pp - r - 1), [(4, 2)],
+          match="negative count|only M = 2 microbatches")
+
+
+def test_order():
+    fails(lab04.check_order, order_with(lambda pp, m, r: min(pp - r, m)), CASES,
+          match=(r"pp=4, M=8, rank 0, op 5: got F4, 1F1B runs B0 there -- rank 0 runs 5 forwards before its first "
+                 r"backward; 1F1B runs pp - rank - 1 = 3 warmup forwards"))
+    fails(lab04.check_order, order_with(lambda pp, m, r: m), CASES, match="rank 0 runs 8 forwards before its first")
+    fails(lab04.check_order, order_with(lambda pp, m, r: [3, 2, 1, 2][r] if pp == 4 else min(pp - r - 1, m)), CASES,
+          match=r"these orders deadlock, the validator says: deadlock, circular wait rank 2 -> rank 3 -> rank 2")
+    fails(lab04.check_order, lambda pp, m, r: [f"F{i}" for i in range(m)], CASES, match="run no backward at all")
+
+    def calls_the_kit(pp, m, rank):
+        return [op.text() for op in one_f_one_b(pp, m).ranks[rank]]
+    fails(lab04.check_order, calls_the_kit, CASES, match="calls the kit's one_f_one_b")
+
+
+def test_memory_and_deadlock():
+    deadlock = DEADLOCK
+    fails(lab04.check_p2p_memory, lambda pp, m, r: pp - r - 1, deadlock, CASES, match="counts only the warmup")
+    fails(lab04.check_p2p_memory, lambda pp, m, r: pp - r, deadlock, CASES, match="only M = 2 microbatches")
+    fails(lab04.check_p2p_memory, lambda pp, m, r: m, deadlock, CASES, match="GPipe's peak")
+    fine = {"pp": 2, "microbatches": 2, "ranks": [["F0", "F1", "B0", "B1"], ["F0", "B0", "F1", "B1"]]}
+    fails(lab04.check_p2p_memory, lambda pp, m, r: min(pp - r, m), fine, CASES, match="runs to the end")
+    local = {"pp": 2, "microbatches": 2, "ranks": [["B0", "F0", "F1", "B1"], ["F0", "F1", "B0", "B1"]]}
+    fails(lab04.check_p2p_memory, lambda pp, m, r: min(pp - r, m), local, CASES, match="stuck on one rank")
+
+
+# -- whole notebooks: one wrong answer costs exactly its checks -------------------------------------------
+
+def test_warmup_one_too_many(tmp_path):
+    wrong = """
+def one_f_one_b_phases(pp, microbatches, rank):
+    warmup = min(pp - rank, microbatches)
+    steady = []
+    for i in range(microbatches - warmup):
+        steady += [f"F{warmup + i}", f"B{i}"]
+    return [f"F{m}" for m in range(warmup)], steady, [f"B{m}" for m in range(microbatches - warmup, microbatches)]
+"""
+    report = grade_answers(tmp_path, LAB, {"phases": wrong})
+    assert_partial(report, {"m043_main_warmup": "one too many"})
+
+
+def test_same_warmup_on_every_rank_deadlocks_nothing_but_misses_the_order(tmp_path):
+    wrong = """
+def one_f_one_b_order(pp, microbatches, rank):
+    warmup = min(pp - 1, microbatches)
+    order = [f"F{m}" for m in range(warmup)]
+    for m in range(warmup, microbatches):
+        order += [f"F{m}", f"B{m - warmup}"]
+    return order + [f"B{m}" for m in range(microbatches - warmup, microbatches)]
+"""
+    report = grade_answers(tmp_path, LAB, {"order": wrong})
+    assert_partial(report, {"m043_main_dependencies": "rank 1 runs 4 forwards before its first backward"})
+
+
+def test_hard_coded_visible_cases_fail_the_hidden_ones(tmp_path):
+    wrong = """
+def one_f_one_b_order(pp, microbatches, rank):
+    order = [f"F{m}" for m in range(pp - rank - 1)]
+    for m in range(pp - rank - 1, microbatches):
+        order += [f"F{m}", f"B{m - (pp - rank - 1)}"]
+    return order + [f"B{m}" for m in range(microbatches - (pp - rank - 1), microbatches)]
+"""
+    report = grade_answers(tmp_path, LAB, {"order": wrong})
+    assert_partial(report, {"m043_main_dependencies": "microbatches are numbered from 0"})
+
+
+def test_memory_counts_only_warmup_and_no_deadlock(tmp_path):
+    wrong = """
+def max_in_flight(pp, microbatches, rank):
+    return min(pp - rank - 1, microbatches)
+
+deadlock_example = {"pp": 2, "microbatches": 2, "ranks": [["F0", "F1", "B0", "B1"], ["F0", "B0", "F1", "B1"]]}
+"""
+    report = grade_answers(tmp_path, LAB, {"p2p_memory": wrong})
+    assert_partial(report, {"m043_main_p2p_memory": "counts only the warmup forwards"})

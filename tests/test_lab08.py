@@ -1,0 +1,207 @@
+"""Lab 8 (M051, M052): typical wrong answers lose exactly their points, with feedback naming the mistake."""
+
+from fractions import Fraction
+
+import pytest
+from lab_grading import assert_partial, grade_answers
+
+from pipeline_kit.grading.labs import lab08
+from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.layout import PRESETS, ModelSpec, even_layout, stage_costs
+from pipeline_kit.schedules import build_schedule, interleaved_warmup
+from pipeline_kit.sim import simulate
+
+LAB = "lab08_interleaved"
+
+
+# -- whole notebook, graded (each runs the lab, torchrun included) -----------------------------
+def test_contiguous_chunks(tmp_path):
+    wrong = """
+def owner(stage, pp):
+    return stage % pp, stage // pp
+
+def rank_layers(rank, pp, v, layers):
+    per_rank = layers // pp
+    return list(range(rank * per_rank, (rank + 1) * per_rank))
+"""
+    report = grade_answers(tmp_path, LAB, {"definition": wrong}, timeout=180)
+    assert_partial(report, {"m051_main_definition": "non-interleaved split"})
+
+
+def test_seeds_bubble_approximation(tmp_path):
+    wrong = """
+def interleaved_bubble(pp, M, v):
+    return Fraction(1, v) * Fraction(pp - 1, M + pp - 1)
+"""
+    report = grade_answers(tmp_path, LAB, {"mechanism": wrong}, timeout=180)
+    assert_partial(report, {"m051_main_mechanism": "seeds' (1/v)(pp-1)/(M+pp-1)"})
+
+
+def test_warmup_without_cap(tmp_path):
+    wrong = """
+def warmup(pp, rank, M, v):
+    return 2 * (pp - rank - 1) + (v - 1) * pp
+
+def p2p_messages(pp, M, v):
+    return 2 * M * (pp * v - 1)
+
+peak_share = {v: simulate(schedule_for(4, 8, v)).peak_activations[0] / v for v in (1, 2, 4)}
+"""
+    report = grade_answers(tmp_path, LAB, {"costs": wrong}, timeout=180)
+    assert_partial(report, {"m051_main_costs": "cap it at M x v"})
+
+
+def test_last_rank_frees_nothing_with_chunks(tmp_path):
+    wrong = """
+def predict_run(summary):
+    pp, M, v = summary["pp"], summary["microbatches"], summary["chunks"]
+    sched = build_schedule(summary["schedule"], pp, M, v if v > 1 else None)
+    cfg = summary["config"]
+    one = cfg["seq_len"] * summary["micro_batch_size"] * cfg["hidden"] * 4
+    return {"peak_activations": simulate(sched).peak_activations,
+            "deallocated_output_bytes": [v * M * one if r < pp - 1 else 0 for r in range(pp)]}
+
+measurement_steps = ["warmup", "reset", "measure", "read", "gather"]
+"""
+    report = grade_answers(tmp_path, LAB, {"measurement": wrong}, timeout=180)
+    assert_partial(report, {"m052_main_measurement": "the last rank still sends the outputs of its chunks"})
+
+
+# -- the checks themselves, called directly (milliseconds) ------------------------------------
+def test_owner_and_layers():
+    lab08.check_owner(lambda k, pp: (k % pp, k // pp), [(4, 2), (3, 3)])
+    with pytest.raises(LabCheckFailed, match="swapped"):
+        lab08.check_owner(lambda k, pp: (k // pp, k % pp), [(4, 2)])
+    with pytest.raises(LabCheckFailed, match="contiguous"):
+        lab08.check_owner(lambda k, pp: (k // 2, k % 2), [(4, 2)])
+
+
+def test_bubble_definitions():
+    lab08.check_bubble(lambda pp, m, v: Fraction(pp - 1, v * m + pp - 1), [(4, 8, 2), (4, 8, 1), (2, 2, 4)])
+    with pytest.raises(LabCheckFailed, match="ideal time"):
+        lab08.check_bubble(lambda pp, m, v: Fraction(pp - 1, v * m), [(4, 8, 2)])
+    with pytest.raises(LabCheckFailed, match="v did not enter"):
+        lab08.check_bubble(lambda pp, m, v: Fraction(pp - 1, m + pp - 1), [(4, 8, 2)])
+
+
+def test_warmup_and_messages():
+    lab08.check_warmup(lambda pp, r, m, v: interleaved_warmup(pp, r, m, v, pp), [(4, 4, 2), (2, 6, 3)])
+    with pytest.raises(LabCheckFailed, match="Megatron counts 2"):
+        lab08.check_warmup(lambda pp, r, m, v: min(pp - r - 1 + (v - 1) * pp, m * v), [(4, 8, 2)])
+    with pytest.raises(LabCheckFailed, match="one hop too many"):
+        lab08.check_warmup(lambda pp, r, m, v: min(2 * (pp - r) + (v - 1) * pp, m * v), [(4, 8, 2)])
+    lab08.check_p2p_messages(lambda pp, m, v: 2 * m * (pp * v - 1), [(4, 8, 4)])
+    with pytest.raises(LabCheckFailed, match="wrap-arounds"):
+        lab08.check_p2p_messages(lambda pp, m, v: 2 * m * v * (pp - 1), [(4, 8, 2)])
+    with pytest.raises(LabCheckFailed, match="divide by v"):
+        lab08.check_peak_share({v: simulate(build_schedule("1f1b", 4, 8) if v == 1 else build_schedule(
+            "interleaved", 4, 8, v)).peak_activations[0] for v in (1, 2, 4)})
+
+
+def test_accepted_names_the_kits_reason():
+    rule = lambda pp, m, v: pp >= 2 and v >= 2 and m >= pp and m % pp == 0
+    lab08.check_accepted(rule, [(4, 8, 2), (4, 6, 2), (1, 4, 2), (4, 8, 1), (4, 2, 2)])
+    with pytest.raises(LabCheckFailed, match="last group would hold"):
+        lab08.check_accepted(lambda pp, m, v: pp >= 2 and v >= 2 and m >= pp, [(4, 6, 2)])
+    with pytest.raises(LabCheckFailed, match="chunks"):
+        lab08.check_accepted(lambda pp, m, v: pp >= 2 and m % pp == 0, [(4, 8, 1)])
+
+
+def test_follow_051():
+    lab08.check_facts(lambda pp, v, n: lab08.expected_facts(pp, v, n), [(4, 2, 16)])
+    with pytest.raises(LabCheckFailed, match="adds no GPUs"):
+        lab08.check_facts(lambda pp, v, n: {**lab08.expected_facts(pp, v, n), "gpus": pp * v}, [(4, 2, 16)])
+    lab08.check_fill(lambda pp, v, f: Fraction(pp - 1) * f / v, [(4, 2, 1), (2, 2, 3)])
+    with pytest.raises(LabCheckFailed, match="last \\*virtual\\* stage"):
+        lab08.check_fill(lambda pp, v, f: (pp * v - 1) * f / v, [(4, 2, 1)])
+    lab08.check_breakeven(0.375)
+    with pytest.raises(LabCheckFailed, match="still faster"):
+        lab08.check_breakeven(0.2)
+    with pytest.raises(LabCheckFailed, match="refuses v=2"):
+        lab08.check_choose_v(lambda pp, m, lat: 2, [(4, 6, 0.0)])
+
+
+def test_stage_bytes_terms():
+    spec = ModelSpec(vocab=1000, seq_len=128, hidden=256, heads=8, layers=8, micro_batch_size=4, dtype_bytes=4)
+
+    def right(spec, n, emb, loss, logits_bytes=4, attention=True, scale=True):
+        s, b, h, a, v, d = spec.seq_len, spec.micro_batch_size, spec.hidden, spec.heads, spec.vocab, spec.dtype_bytes
+        per_layer = s * b * h * (34 + (5 * a * s / h if attention else 0)) * (d / 2 if scale else 1)
+        return n * per_layer + (s * b * h * d if emb else 0) + (s * b * v * logits_bytes + s * b * h * d if loss else 0)
+
+    cases = [("Et*3|t*3|t*2L", spec, 3)]
+    lab08.check_stage_bytes(right, cases)
+    with pytest.raises(LabCheckFailed, match="attention-scores term"):
+        lab08.check_stage_bytes(lambda *a: right(*a, attention=False), cases)
+    with pytest.raises(LabCheckFailed, match="scale by dtype_bytes / 2"):
+        lab08.check_stage_bytes(lambda *a: right(*a, scale=False), cases)
+    with pytest.raises(LabCheckFailed, match="fp32"):
+        lab08.check_stage_bytes(lambda sp, n, e, l: right(sp, n, e, l, logits_bytes=sp.dtype_bytes if l else 4),
+                                [("Et*4|t*4|t*4|t*4L", PRESETS["seed-pp8"][0], 4)])
+
+
+def test_alive_and_resident():
+    lab08.check_alive(lambda s, pp, m, r, v=1: lab08.expected_alive(s, pp, m, r, v), [("interleaved", 4, 4, 2)])
+    with pytest.raises(LabCheckFailed, match="the warmup only"):
+        lab08.check_alive(lambda s, pp, m, r, v=1: min(pp - r - 1, m), [("1f1b", 4, 8, 1)])
+    with pytest.raises(LabCheckFailed, match="GPipe's count"):
+        lab08.check_alive(lambda s, pp, m, r, v=1: m, [("1f1b", 4, 8, 1)])
+    seed = PRESETS["seed-pp8"][0]
+    lab08.check_resident(lambda sp, pp, bpp: lab08.expected_resident(sp, pp, bpp), [(seed, 8, 16)])
+    with pytest.raises(LabCheckFailed, match="parameters / PP"):
+        lab08.check_resident(lambda sp, pp, bpp: [sum(lab08.expected_resident(sp, pp, bpp)) / pp] * pp, [(seed, 8, 16)])
+
+
+def test_measurement_steps():
+    lab08.check_steps(lab08.STEPS)
+    with pytest.raises(LabCheckFailed, match="no GPU experiences the mean"):
+        lab08.check_steps(lab08.STEPS + ["average"])
+    with pytest.raises(LabCheckFailed, match="before the warm-up"):
+        lab08.check_steps(["reset", "warmup", "measure", "read", "gather"])
+    lab08.check_predict_run(lab08.expected_run, lab08.hidden_summaries())
+    with pytest.raises(LabCheckFailed, match="fp32"):
+        lab08.check_predict_run(lambda s: {**lab08.expected_run(s), "deallocated_output_bytes": [
+            x // 2 for x in lab08.expected_run(s)["deallocated_output_bytes"]]}, lab08.hidden_summaries())
+
+
+def test_follow_052():
+    seed = PRESETS["seed-pp8"][0]
+    cases = [(seed, 8, 16, "1f1b", 16)]
+    lab08.check_terms(lambda *a: lab08.expected_terms(*a), cases)
+    with pytest.raises(LabCheckFailed, match="even split"):
+        def even_resident(*a):
+            terms = lab08.expected_terms(*a)
+            return {**terms, "resident": [sum(terms["resident"]) / 8] * 8}
+        lab08.check_terms(even_resident, cases)
+    lab08.check_lifetime(lambda *a: lab08.expected_lifetime(*a), [("1f1b", 4, 8, 0, 0)])
+
+    def f_end_to_b_start(schedule, pp, m, rank, mb):
+        r = simulate(build_schedule(schedule, pp, m), fwd=1, bwd=2)
+        ev = {(e.op.kind, e.op.microbatch): e for e in r.rank_events(rank)}
+        return ev[("B", mb)].start - ev[("F", mb)].end
+
+    with pytest.raises(LabCheckFailed, match="leaves out the two ops"):
+        lab08.check_lifetime(f_end_to_b_start, [("1f1b", 4, 8, 0, 0)])
+    totals, naive = lab08.seed_totals("1f1b")
+    lab08.check_fullest({"1f1b": 0, "gpipe": 7}, max(totals) / naive)
+    with pytest.raises(LabCheckFailed, match="fp32 logits"):
+        lab08.check_fullest({"1f1b": 0, "gpipe": 0}, max(totals) / naive)
+    cases = lab08.hidden_snapshot_cases()
+    lab08.check_snapshot(lab08.expected_snapshot, cases)
+
+    def by_forward_end(result, t):
+        out = []
+        for r in range(result.schedule.pp):
+            ev = result.rank_events(r)
+            out.append(sum(e.op.kind == "F" and e.end <= t for e in ev) - sum(e.op.kind == "B" and e.end <= t for e in ev))
+        return out
+
+    with pytest.raises(LabCheckFailed, match="middle of a forward"):
+        lab08.check_snapshot(by_forward_end, cases)
+
+
+def test_even_layout_helpers_agree_with_stage_costs():
+    """The checks' expected resident bytes are the layout model's parameters, per rank."""
+    spec = PRESETS["tiny"][0]
+    costs = stage_costs(even_layout(spec.layers, 4), spec, 4)
+    assert lab08.expected_resident(spec, 4, 2) == [2 * c.params for c in costs]
