@@ -97,7 +97,7 @@ def test_nbgrader_generates_the_same_lab(tmp_path):
 
 def test_syntax_error_costs_only_its_own_points(tmp_path):
     report = grade_answers(tmp_path, LAB1, {"megatron_function": "megatron_function = {'1f1b': }"})
-    assert_partial(report, {"m041_main_source": "SyntaxError"})
+    assert_partial(report, {"m041_main_source": "your answer cell 'megatron_function' failed: SyntaxError"})
 
 
 def test_infinite_loop_is_interrupted(tmp_path):

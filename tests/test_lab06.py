@@ -167,7 +167,7 @@ def test_grad_run_wrong_answers(sol):
     args = lab06_run_args()
     with pytest.raises(LabCheckFailed, match="not a legal layout"):
         lab06.check_grad_run("Et*2|t|t|t*3L", [0] * 4, fake_run([0] * 4), args)
-    with pytest.raises(LabCheckFailed, match="needs 4 \\(one per rank\\)"):
+    with pytest.raises(LabCheckFailed, match="use one per rank \\(4\\)"):
         lab06.check_grad_run("E|t|t|t|t|t|t|L", [0] * 4, fake_run([0] * 4), args)
     params = sol["my_layout_params"]
     with pytest.raises(LabCheckFailed, match="my_layout_params is"):

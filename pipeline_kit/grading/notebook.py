@@ -237,21 +237,31 @@ def grade(path: str | os.PathLike, sources: Path | None = None, timeout: float =
     with tempfile.TemporaryDirectory(prefix="pipeline-kit-grade-") as cwd:
         results = execute(merged.nb, timeout, cwd, progress)
     report = Report(str(path))
-    last_answer: tuple[str, str | None] | None = None  # (grade_id, why it failed or None) of the latest answer cell
+    # The answer cells right before a run of test cells are what those tests check: when one of them
+    # failed, a failing test says so (the test's own error is often just a NameError).
+    group: list[tuple[str, str]] = []  # (grade_id, why it failed) of the failed answer cells in that run
+    after_test = False
     for i, cell in enumerate(merged.nb.cells):
         res = results[i]
         gid = nbgrader_meta(cell).get("grade_id")
         if i in merged.answer_of:
-            last_answer = (gid, None if res.status == "ok" else merged.notes.get(gid) or _answer_problem(res))
+            if after_test:
+                group, after_test = [], False
+            if res.status != "ok":
+                group.append((gid, merged.notes.get(gid) or _answer_problem(res)))
         if not is_test(cell):
             continue
+        after_test = True
         points = float(nbgrader_meta(cell).get("points", 0))
         if res.status == "ok":
             report.add(gid, points, True, "passed")
             continue
         feedback = _shorten(res.message.removeprefix("LabCheckFailed: "))
-        if last_answer and last_answer[1] and not feedback.startswith("not answered yet"):
-            feedback = f"{feedback} (your answer cell '{last_answer[0]}' failed: {last_answer[1]})"
+        if group and not feedback.startswith("not answered yet"):
+            if len(group) == 1:
+                feedback = f"{feedback} (your answer cell '{group[0][0]}' failed: {group[0][1]})"
+            else:
+                feedback = f"{feedback} (your answer cells failed: {'; '.join(f'{g!r}: {w}' for g, w in group)})"
         report.add(gid, points, False, feedback)
     return report
 

@@ -62,3 +62,17 @@ def expect_keys(mapping, keys, what: str) -> None:
     missing = [k for k in keys if k not in mapping]
     if missing:
         fail(f"{what} is missing {', '.join(map(repr, missing))} (it has {', '.join(map(repr, mapping)) or 'no keys'})")
+
+
+def student_layout(text, what: str, pp: int, layers: int):
+    """Parse a layout string a student wrote: one stage per rank, or feedback quoting the parser's reason."""
+    from ...layout import LayoutError, parse_layout
+    expect_type(text, str, what)
+    try:
+        lay = parse_layout(text, pp=pp, layers=layers)
+    except LayoutError as exc:
+        fail(f"{what} = {text!r} is not a legal layout for pp={pp}, {layers} layers: {exc}")
+    if lay.num_stages != pp:
+        fail(f"{what} has {lay.num_stages} stages; use one per rank ({pp}): a re-split moves layers between "
+             "ranks, it does not add virtual stages")
+    return lay

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 import re
 
-from ...layout import PRESETS, Layout, LayoutError, ModelSpec, StageSpec, even_layout, parse_layout, stage_costs
+from ...layout import PRESETS, Layout, ModelSpec, StageSpec, even_layout, stage_costs
 from ...schedules import build_schedule, select_schedule
 from ...sim import simulate
-from .common import call, close, describe, expect_keys, expect_number, expect_type, fail
+from .common import call, close, describe, expect_keys, expect_number, expect_type, fail, student_layout
 
 PRODUCTION = {
     "broadcast_from_last_stage": None,
@@ -267,13 +267,7 @@ def check_cost_table(fn, cases) -> None:
 
 def check_grad_run(layout_text, predicted, run, run_args, pp: int = 4) -> None:
     cfg, mbs, _ = cfg_from_run(run_args)
-    expect_type(layout_text, str, "my_layout")
-    try:
-        lay = parse_layout(layout_text, pp=pp, layers=cfg.layers)
-    except LayoutError as exc:
-        fail(f"my_layout {layout_text!r} is not a legal layout for pp={pp}, {cfg.layers} layers: {exc}")
-    if lay.num_stages != pp:
-        fail(f"my_layout has {lay.num_stages} stages; a 1F1B run on {pp} ranks needs {pp} (one per rank)")
+    lay = student_layout(layout_text, "my_layout", pp, cfg.layers)
     sizes = [len(s.layers) for s in lay.stages]
     if not (sizes[0] < max(sizes[1:-1]) and sizes[-1] < max(sizes[1:-1])):
         fail(f"my_layout gives the stages {sizes} decoder layers: the endpoint stages already carry the embedding and "

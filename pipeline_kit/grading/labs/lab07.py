@@ -36,7 +36,7 @@ from ...schedules import build_schedule, check_ops, dataflow, decode_key
 from ...schedules.validate import F_KEY, G_KEY
 from ...sim import simulate
 from ...viz import Timeline
-from .common import call, close, describe, expect_keys, expect_number, expect_type, fail
+from .common import call, close, describe, expect_keys, expect_number, expect_type, fail, student_layout
 
 # -- the lab's machine and model (inputs of the story, not expected values) ---------------------------
 LAB_MODEL = ModelSpec(vocab=16384, seq_len=1024, hidden=1024, heads=16, layers=12, micro_batch_size=1)
@@ -421,16 +421,11 @@ def check_experiment(candidate_args, baseline_args: list[str], trace: dict) -> N
              "the layout fixed, so a difference in step time can only come from the re-cut")
     if not cand["layout"] or cand["layout"] == base["layout"]:
         fail("candidate_args keep the baseline layout: the experiment varies exactly one knob, --layout")
-    try:
-        new = parse_layout(cand["layout"], pp=trace["pp"], layers=base["layers"])
-    except LayoutError as exc:
-        fail(f"the candidate layout {cand['layout']!r} is not legal for pp={trace['pp']}, {base['layers']} layers: {exc}")
+    new = student_layout(cand["layout"], "the candidate layout", trace["pp"], base["layers"])
     old = parse_layout(base["layout"])
     slow = expected_slowest(trace)
     before = [len(s.layers) for s in old.stages]
     after = [len(s.layers) for s in new.stages]
-    if new.num_stages != old.num_stages:
-        fail(f"the candidate layout has {new.num_stages} stages; keep {old.num_stages} (one per rank), only move layers")
     lost = [k for k in range(len(after)) if after[k] < before[k]]
     if after[slow] >= before[slow]:
         hint = ""
@@ -734,13 +729,7 @@ PROFILE_TOLERANCE = 0.03
 
 
 def check_profile_layout(text, what: str = "my_layout") -> None:
-    expect_type(text, str, what)
-    try:
-        lay = parse_layout(text, pp=SEED_PP, layers=SEED.layers)
-    except LayoutError as exc:
-        fail(f"{what} = {text!r} is not legal for seed-pp8 (pp=8, 16 layers): {exc}")
-    if lay.num_stages != SEED_PP:
-        fail(f"{what} has {lay.num_stages} stages; use one per rank (8) -- this is not a VPP question")
+    lay = student_layout(text, what, SEED_PP, SEED.layers)
     plan, best = seed_plan(text), seed_balance().best
     if plan.slowest_stage <= best.slowest_stage * (1 + PROFILE_TOLERANCE):
         return
