@@ -64,6 +64,16 @@ def expect_keys(mapping, keys, what: str) -> None:
         fail(f"{what} is missing {', '.join(map(repr, missing))} (it has {', '.join(map(repr, mapping)) or 'no keys'})")
 
 
+def expect_choices(value, menu, what: str) -> set:
+    """A set of names picked from ``menu`` (any collection of them); anything off the menu is named."""
+    expect_type(value, (set, frozenset, list, tuple), what)
+    got = set(value)
+    unknown = got - set(menu)
+    if unknown:
+        fail(f"{what} contains {sorted(unknown, key=str)}; choose from {sorted(menu)}")
+    return got
+
+
 def student_layout(text, what: str, pp: int, layers: int):
     """Parse a layout string a student wrote: one stage per rank, or feedback quoting the parser's reason."""
     from ...layout import LayoutError, parse_layout

@@ -18,7 +18,7 @@ from ...layout import PRESETS, ModelSpec, boundary_bytes, even_layout, p2p_volum
 from ...schedules import build_schedule
 from ...sim import simulate
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
-from .common import call, close, describe, expect_keys, expect_number, expect_type, fail
+from .common import call, close, describe, expect_choices, expect_keys, expect_number, expect_type, fail
 
 TENSORS = ("activation", "activation_grad", "weights", "weight_grads", "optimizer_state", "labels", "loss")
 CROSSING_WHY = {
@@ -134,11 +134,7 @@ def real_hang(fault: str, args, attempts: int = 3):
 
 # -- M046 main ----------------------------------------------------------------------------------
 def check_crossing(crossing) -> None:
-    expect_type(crossing, (set, frozenset, list, tuple), "crossing")
-    got = set(crossing)
-    unknown = got - set(TENSORS)
-    if unknown:
-        fail(f"crossing contains {sorted(unknown)}; choose from {list(TENSORS)}")
+    got = expect_choices(crossing, TENSORS, "crossing")
     for name in sorted(got - {"activation", "activation_grad"}):
         fail(f"crossing contains {name!r}: {CROSSING_WHY[name]}")
     if "activation" not in got:
@@ -717,11 +713,7 @@ def check_predict_timeouts(fn, cases, real=()) -> None:
 
 
 def check_fixes(fixes) -> None:
-    expect_type(fixes, (set, frozenset, list, tuple), "fixes")
-    got = set(fixes)
-    unknown = got - set(FIXES)
-    if unknown:
-        fail(f"fixes contains {sorted(unknown)}; choose from {sorted(FIXES)}")
+    got = expect_choices(fixes, FIXES, "fixes")
     for name in sorted(got):
         if FIXES[name]:
             fail(f"fixes contains {name!r}: {FIXES[name]}")
@@ -734,11 +726,7 @@ def check_fixes(fixes) -> None:
 
 
 def check_log_fields(fields) -> None:
-    expect_type(fields, (set, frozenset, list, tuple), "log_fields")
-    got = set(fields)
-    unknown = got - set(LOG_FIELDS) - set(LOG_NOISE)
-    if unknown:
-        fail(f"log_fields contains {sorted(unknown)}; choose from {sorted(set(LOG_FIELDS) | set(LOG_NOISE))}")
+    got = expect_choices(fields, set(LOG_FIELDS) | set(LOG_NOISE), "log_fields")
     for name in sorted(got & set(LOG_NOISE)):
         fail(f"log_fields contains {name!r}: {LOG_NOISE[name]}")
     for name, why in LOG_FIELDS.items():
