@@ -177,6 +177,8 @@ def test_grade_rejects_what_is_not_a_lab(tmp_path):
     broken.write_text("{not json")
     proc = _cli("grade", str(broken))
     assert proc.returncode == 2 and "not a readable notebook" in proc.stderr
+    proc = _cli("grade", str(SOLUTIONS / f"{LAB1}.ipynb"), "--solutions", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and "nowhere: no such folder of canonical lab notebooks" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -65,6 +65,8 @@ def read_notebook(path: Path):
 
 def canonical_for(nb, path: Path, sources: Path | None = None):
     sources = sources or source_dir()
+    if not sources.is_dir():
+        raise GradeError(f"{sources}: no such folder of canonical lab notebooks")
     name = lab_name(nb, path)
     canonical = sources / f"{name}.ipynb"
     if not canonical.is_file():
@@ -76,8 +78,7 @@ def canonical_for(nb, path: Path, sources: Path | None = None):
 
 @dataclass
 class Merged:
-    nb: object  # the notebook to execute
-    answer_of: dict  # cell index in nb -> grade_id of the student's answer placed there
+    nb: object  # the notebook to execute; its answer cells keep the canonical metadata
     notes: dict  # grade_id -> why that answer is missing or doubtful
 
 
@@ -101,16 +102,15 @@ def merge(student, canonical) -> Merged:
             extras.setdefault(anchor, []).append(cell)
 
     out = copy.deepcopy(canonical)
-    cells, answer_of = [], {}
+    cells = []
 
     def add_extras(after):
         for cell in extras.get(after, []):
             cells.append(nbformat.v4.new_code_cell(cell.get("source", "")))
 
     add_extras(None)
-    for cell in canonical.cells:
+    for cell in out.cells:
         gid = nbgrader_meta(cell).get("grade_id")
-        cell = copy.deepcopy(cell)
         if is_answer(cell):
             student_cell = answers.get(gid)
             if student_cell is None:
@@ -121,7 +121,6 @@ def merge(student, canonical) -> Merged:
                 cell.source = f"raise RuntimeError({notes[gid]!r})"
             else:
                 cell.source = student_cell.get("source", "")
-            answer_of[len(cells)] = gid
         cells.append(cell)
         if gid:
             add_extras(gid)
@@ -129,7 +128,7 @@ def merge(student, canonical) -> Merged:
     for cell in out.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    return Merged(out, answer_of, notes)
+    return Merged(out, notes)
 
 
 @dataclass
@@ -244,7 +243,7 @@ def grade(path: str | os.PathLike, sources: Path | None = None, timeout: float =
     for i, cell in enumerate(merged.nb.cells):
         res = results[i]
         gid = nbgrader_meta(cell).get("grade_id")
-        if i in merged.answer_of:
+        if is_answer(cell):
             if after_test:
                 group, after_test = [], False
             if res.status != "ok":

@@ -38,6 +38,23 @@ def call(func: Callable, *args, name: str | None = None, **kwargs):
         fail(f"{label}({shown}) raised {type(exc).__name__}: {exc}")
 
 
+def expect_raises(func, *args, exception: type[Exception] = ValueError, name: str, why: str) -> None:
+    """``func(*args)`` must raise ``exception`` (bad input the student's function should refuse).
+
+    Returning anything, or raising something else, is feedback that names the call and says ``why``.
+    """
+    shown = ", ".join(describe(a) for a in args)
+    try:
+        out = func(*args)
+    except exception:
+        return
+    except NotImplementedError:
+        fail(f"not answered yet: {name} still raises NotImplementedError")
+    except Exception as exc:  # noqa: BLE001 -- the student's bug, reported instead of a traceback
+        fail(f"{name}({shown}) raised {type(exc).__name__}: {exc}; raise {exception.__name__} ({why})")
+    fail(f"{name}({shown}) returned {describe(out)}; it must raise {exception.__name__}: {why}")
+
+
 def expect_type(value, types, what: str) -> None:
     types = types if isinstance(types, tuple) else (types,)
     if isinstance(value, bool) and bool not in types:

@@ -17,7 +17,7 @@ from ...layout.measure import service_times, simulate_from_trace, stage_fwd_bwd
 from ...schedules import build_schedule
 from ...sim import SimResult, simulate
 from ...viz import Timeline
-from .common import call, close, describe, expect_keys, expect_number, expect_type, fail
+from .common import call, close, describe, expect_keys, expect_number, expect_raises, expect_type, fail
 
 # The scenario the notebook states (inputs, not answers).
 PP8, M16 = 8, 16
@@ -490,14 +490,9 @@ def check_gbs(global_batch, updates_per_epoch, micro_batch_size, cases) -> None:
             why = "divide by dp as well as M" if got == gbs // m else "b = GBS / (M x dp)"
             fail(f"micro_batch_size(GBS={gbs}, M={m}, dp={dp}) = {describe(got)}, expected {b}: {why}")
     for gbs, m, dp in ((64, 3, 1), (96, 8, 8)):
-        try:
-            got = micro_batch_size(gbs, m, dp)
-        except ValueError:
-            continue
-        except Exception as exc:  # noqa: BLE001 - the student's error, reported
-            fail(f"micro_batch_size({gbs}, {m}, {dp}) raised {type(exc).__name__}: {exc}; raise ValueError instead")
-        fail(f"micro_batch_size(GBS={gbs}, M={m}, dp={dp}) returned {describe(got)}: {gbs} sequences do not split "
-             f"into {m} x {dp} equal micro-batches, so raise ValueError (rounding would change the global batch)")
+        expect_raises(micro_batch_size, gbs, m, dp, name="micro_batch_size",
+                      why=f"{gbs} sequences do not split into {m} x {dp} equal micro-batches (rounding would change "
+                          "the global batch)")
 
 
 def expected_point(pp: int, gbs: int, m: int, alpha: float, beta: float) -> dict[str, float]:

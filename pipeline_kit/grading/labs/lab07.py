@@ -36,7 +36,7 @@ from ...schedules import build_schedule, check_ops, dataflow, decode_key
 from ...schedules.validate import F_KEY, G_KEY
 from ...sim import simulate
 from ...viz import Timeline
-from .common import call, close, describe, expect_keys, expect_number, expect_type, fail, student_layout
+from .common import call, close, describe, expect_keys, expect_number, expect_raises, expect_type, fail, student_layout
 
 # -- the lab's machine and model (inputs of the story, not expected values) ---------------------------
 LAB_MODEL = ModelSpec(vocab=16384, seq_len=1024, hidden=1024, heads=16, layers=12, micro_batch_size=1)
@@ -564,16 +564,10 @@ def check_move_layer(move_layer, cases, bad_cases=()) -> None:
     for text, src, dst in cases:
         want = expected_move(text, src, dst)
         if want is None:
-            try:
-                move_layer(text, src, dst)
-            except ValueError:
-                continue
-            except NotImplementedError:
-                fail("not answered yet: move_layer still raises NotImplementedError")
-            except Exception as exc:  # noqa: BLE001 - the student's bug, reported as feedback
-                fail(f"move_layer({text!r}, {src}, {dst}) raised {type(exc).__name__}: {exc}; raise ValueError")
-            fail(f"move_layer({text!r}, {src}, {dst}) returned instead of raising ValueError: a layer can only move to "
-                 "a neighbouring stage that exists, and a stage holding nothing else may not give away its last layer")
+            expect_raises(move_layer, text, src, dst, name="move_layer",
+                          why="a layer can only move to a neighbouring stage that exists, and a stage holding nothing "
+                              "else may not give away its last layer")
+            continue
         got = call(move_layer, text, src, dst, name="move_layer")
         expect_type(got, str, f"move_layer({text!r}, {src}, {dst})")
         old = parse_layout(text)
@@ -595,15 +589,7 @@ def check_move_layer(move_layer, cases, bad_cases=()) -> None:
         fail(f"move_layer({text!r}, {src}, {dst}) = {got!r}: layers per stage {before} -> {after}, expected "
              f"{_counts(parse_layout(want))} (one layer from stage {src} to stage {dst}, the rest unchanged)")
     for text, src, dst, why in bad_cases:
-        try:
-            out = move_layer(text, src, dst)
-        except ValueError:
-            continue
-        except NotImplementedError:
-            fail("not answered yet: move_layer still raises NotImplementedError")
-        except Exception as exc:  # noqa: BLE001 - the student's bug, reported as feedback
-            fail(f"move_layer({text!r}, {src}, {dst}) raised {type(exc).__name__}: {exc}; raise ValueError ({why})")
-        fail(f"move_layer({text!r}, {src}, {dst}) returned {describe(out)}; it must raise ValueError: {why}")
+        expect_raises(move_layer, text, src, dst, name="move_layer", why=why)
 
 
 # -- success metric ------------------------------------------------------------------------------------
