@@ -9,11 +9,12 @@ trustworthy "what if" for re-cutting layers.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 
-from ..schedules import build_schedule
+from ..inputs import Field, InputError, array, check_object, integer, nullable, number, read_json, text
+from ..limits import LimitError
+from ..schedules import SCHEDULES, ScheduleConfigError, build_schedule
 from ..sim import simulate
 from .balance import ItemTimes
 from .spec import Layout, LayoutError
@@ -23,16 +24,60 @@ class TraceError(ValueError):
     pass
 
 
+# A pipeline_kit.run --trace file, one line a field (fields the kit does not use are allowed and ignored).
+TRACE_JSON = {
+    "schedule": Field(text(*SCHEDULES, *(f"{name}-forward-only" for name in SCHEDULES)), required=True),
+    "pp": Field(integer(1, "MAX_RANKS"), required=True),
+    "microbatches": Field(integer(1, "MAX_MICROBATCHES"), required=True),
+    "chunks": Field(integer(1, "MAX_CHUNKS"), required=True),
+    "timeline": Field(array(lambda e, where: check_object(e, TRACE_EVENT, where, ignore_unknown=True), "op events"),
+                      required=True),
+    "waits": Field(array(lambda w, where: check_object(w, TRACE_WAIT, where, ignore_unknown=True), "P2P waits"),
+                   default=[]),
+    "makespan": Field(number(), default=None),
+    "p2p_latency": Field(number(), default=0.0),
+    "layers": Field(integer(1, "MAX_LAYERS"), default=None),
+    "layout": Field(nullable(text()), default=None),
+    "source": Field(text(), default="runtime"),
+}
+TRACE_EVENT = {
+    "rank": Field(integer(0), required=True),
+    "kind": Field(text("F", "B", "I", "W"), required=True),
+    "microbatch": Field(integer(0), required=True),
+    "chunk": Field(integer(0), required=True),
+    "stage": Field(integer(0), required=True),
+    "start": Field(number(), required=True),
+    "end": Field(number(), required=True),
+    "op": Field(text(), default=None),
+}
+TRACE_WAIT = {"rank": Field(integer(0), required=True), "start": Field(number(), required=True),
+              "end": Field(number(), required=True)}
+
+
 def load_trace(path: str) -> dict:
+    """A ``pipeline_kit.run --trace`` file, checked against :data:`TRACE_JSON` and for ranges (an event's
+    rank below pp, its stage below pp x chunks, end not before start), or :class:`TraceError`."""
+    where = f"--trace {path}"
     try:
-        with open(path, encoding="utf-8") as fh:
-            trace = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise TraceError(f"--trace {path}: cannot read it as JSON ({exc})") from None
-    missing = [k for k in ("schedule", "pp", "microbatches", "chunks", "timeline") if k not in trace]
-    if missing:
-        raise TraceError(f"--trace {path}: not a pipeline_kit.run trace (missing {missing})")
-    return trace
+        data = read_json(path, "--trace")
+        fields = check_object(data, TRACE_JSON, where, ignore_unknown=True)
+    except (InputError, LimitError) as exc:
+        raise TraceError(str(exc)) from None
+    pp, stages, mbs = fields["pp"], fields["pp"] * fields["chunks"], fields["microbatches"]
+    for i, e in enumerate(fields["timeline"]):
+        for key, bound in (("rank", pp), ("stage", stages), ("microbatch", mbs), ("chunk", fields["chunks"])):
+            if e[key] >= bound:
+                raise TraceError(f"{where}: field 'timeline'[{i}]: {key} {e[key]} is out of range 0..{bound - 1}")
+        if e["end"] < e["start"]:
+            raise TraceError(f"{where}: field 'timeline'[{i}]: end {e['end']} is before start {e['start']}")
+        if e["op"] is None:
+            e["op"] = f"{e['kind']}{e['microbatch']}" + (f"c{e['chunk']}" if fields["chunks"] > 1 else "")
+    for i, w in enumerate(fields["waits"]):
+        if w["rank"] >= pp or w["end"] < w["start"]:
+            raise TraceError(f"{where}: field 'waits'[{i}]: rank must be below pp={pp} and end not before start")
+    if fields["makespan"] is None:
+        fields["makespan"] = max((e["end"] for e in fields["timeline"]), default=0.0)
+    return {**data, **fields}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -92,7 +137,10 @@ def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0):
     fwd, bwd, wgrad = ([t * scale for t in xs] for xs in stage_fwd_bwd(services, stat))
     chunks = trace["chunks"]
     name = trace["schedule"].replace("-forward-only", "")
-    sched = build_schedule(name, trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
+    try:
+        sched = build_schedule(name, trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
+    except ScheduleConfigError as exc:
+        raise TraceError(f"the trace's schedule cannot be rebuilt: {exc}") from None
     return simulate(sched, fwd=fwd, bwd=bwd, wgrad=wgrad, p2p_latency=trace.get("p2p_latency", 0.0) * scale)
 
 
