@@ -194,6 +194,8 @@ def _first_timing_violation(drawn: Schedule, start: dict, slots: dict[str, int])
                                f"which finishes in slot {ends}; the earliest slot for it is {ends + 1}")
                     problems.append((start[(r, op)], r, message))
     except ScheduleError as exc:
+        if exc.kind == "order":  # one rank stuck on its own list, not a circular wait between ranks
+            return f"this order can never run: {exc}"
         return f"these ranks wait on each other and never finish: {exc}"
     return min(problems)[2] if problems else None
 
