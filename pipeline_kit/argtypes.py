@@ -20,11 +20,20 @@ class UsageError(Exception):
     """A bad argument detected after parsing (e.g. a configuration a schedule refuses)."""
 
 
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(message: str) -> str:
+    """``message`` with every character that would start a new line (``str.splitlines`` knows ten) escaped,
+    so that an error quoting the user's input is still one line."""
+    return str(message).translate(_LINE_BREAKS)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but errors are a single line (no usage dump) with exit status 2."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
 
 
 def shown(text: str, width: int = 40) -> str:

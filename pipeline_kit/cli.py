@@ -20,6 +20,7 @@ from .argtypes import (
     float_list,
     int_at_most,
     non_negative_float,
+    one_line,
     positive_float,
 )
 from .inputs import InputError, check_output_path, read_text, strict_json
@@ -395,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return args.func(args)
         except (UsageError, InputError, LimitError) as exc:
-            print(f"python -m pipeline_kit {args.command}: error: {exc}", file=sys.stderr)
+            print(f"python -m pipeline_kit {args.command}: error: {one_line(exc)}", file=sys.stderr)
             return EXIT_USAGE
         except BrokenPipeError:  # e.g. `... | head`
             return 0

@@ -41,6 +41,7 @@ def read_text(path: str, what: str) -> str:
     at most one byte past the limit, so a FIFO or ``/dev/zero`` cannot exhaust memory), NUL
     bytes (a binary file) and anything that is not valid UTF-8 (the message gives line and byte).
     """
+    _check_path_text(path, what)
     try:
         if os.path.isdir(path):
             raise InputError(f"{what} {path!r} is a directory, not a file")
@@ -61,9 +62,15 @@ def read_text(path: str, what: str) -> str:
                          f"0x{data[exc.start]:02x}") from None
 
 
+def _check_path_text(path: str, what: str) -> None:
+    if not path or "\0" in path:  # the OS takes neither (Python raises ValueError for the NUL)
+        raise InputError(f"{what}: {path!r} is not a file name")
+
+
 def check_output_path(path: str, what: str) -> str:
     """Refuse, before any work, an output path that cannot be written: its folder is missing or not
     writable, or the path is a folder.  (Nothing is created: the check leaves no file behind.)"""
+    _check_path_text(path, what)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise InputError(f"{what}: {path!r} is a folder; give a file name")

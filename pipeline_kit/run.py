@@ -15,7 +15,7 @@ import time
 import traceback
 from dataclasses import replace
 
-from .argtypes import OneLineParser, float_list, int_at_most, positive_float, timeout_seconds
+from .argtypes import OneLineParser, float_list, int_at_most, one_line, positive_float, timeout_seconds
 from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
 
 MODEL_DIM = int_at_most("MAX_MODEL_DIM", "")
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
 
     def usage(message: str) -> int:
         if rank == 0:
-            print(f"{parser.prog}: error: {message}", file=sys.stderr, flush=True)
+            print(f"{parser.prog}: error: {one_line(message)}", file=sys.stderr, flush=True)
         return 2
 
     # Everything that can be checked without a process group is checked first, on every rank alike.

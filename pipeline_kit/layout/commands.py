@@ -113,6 +113,8 @@ def cmd_balance(args: argparse.Namespace) -> int:
         print(format_services(services))
         print(f"simulated from these times: {prediction * 1e3:.1f} ms; measured makespan "
               f"{trace['makespan'] * 1e3:.1f} ms")
+        if not any(items.fwd + items.bwd):
+            raise UsageError("argument --trace: every op in the trace takes no time, so there is nothing to balance")
         items = items.scaled(1e3)
         source = "measured per-layer times"
     else:

@@ -63,6 +63,8 @@ def load_trace(path: str) -> dict:
         fields = check_object(data, TRACE_JSON, where, ignore_unknown=True)
     except (InputError, LimitError) as exc:
         raise TraceError(str(exc)) from None
+    if not fields["timeline"]:
+        raise TraceError(f"{where}: field 'timeline' is empty; a trace holds one event per op of the step")
     pp, stages, mbs = fields["pp"], fields["pp"] * fields["chunks"], fields["microbatches"]
     for i, e in enumerate(fields["timeline"]):
         for key, bound in (("rank", pp), ("stage", stages), ("microbatch", mbs), ("chunk", fields["chunks"])):

@@ -169,6 +169,8 @@ def parse_layout(text: str, pp: int | None = None, layers: int | None = None) ->
     seen_e = seen_l = None
     for k, items in enumerate(stage_items):
         if not items:
+            if not bars:  # e.g. "()": nothing at all
+                raise LayoutError("the layout holds no E, t or L; write stages like 'Et*2|t*2|t*2L'")
             where = (f"before the '|' at position {bars[0]}" if k == 0 else
                      f"after the '|' at position {bars[k - 1]}")
             raise LayoutError(f"stage {k} ({where}) is empty; every stage needs an E, a t or an L")
