@@ -128,11 +128,11 @@ def check_timeline(text: str, pp: int, microbatches: int, schedule: str = "1f1b"
 
 def _first_timing_violation(drawn: Schedule, start: dict, fwd_slots: int, bwd_slots: int) -> str | None:
     """The first op (by slot) that starts before one of its inputs has finished, as a sentence."""
-    pp, stages, mbs = drawn.pp, drawn.stages, drawn.microbatches
+    stages, mbs = drawn.stages, drawn.microbatches
     producer = {}
     for (r, op) in start:
         if op.kind in "FBI":
-            producer[(F_KEY if op.kind == "F" else G_KEY, op.microbatch, op.chunk * pp + r)] = (r, op)
+            producer[(F_KEY if op.kind == "F" else G_KEY, op.microbatch, drawn.stage_of(r, op.chunk))] = (r, op)
     problems = []
     try:
         for r, op, s, deps in dataflow(drawn):

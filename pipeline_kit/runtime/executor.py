@@ -56,9 +56,10 @@ def incoming(op, stage: int, last: int) -> Message | None:
 def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fault: Fault | None = None,
              cuda_sync: bool = False) -> StepRecord:
     """Run ``schedule.ranks[rank]`` once.  ``compute`` is a ModelCompute or SyntheticCompute."""
-    pp, last = schedule.pp, schedule.stages - 1
+    last = schedule.stages - 1
     ops = schedule.ranks[rank]
-    inbox = [incoming(op, op.chunk * pp + rank, last) for op in ops]
+    stage_of_chunk = schedule.stages_of(rank)
+    inbox = [incoming(op, stage_of_chunk[op.chunk], last) for op in ops]
     rec = StepRecord()
     live = live_bytes = 0
     t0 = time.perf_counter()
@@ -66,7 +67,7 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
 
     for i, op in enumerate(ops):
         kind, m, chunk = op
-        s = chunk * pp + rank
+        s = stage_of_chunk[chunk]
         start = time.perf_counter() - t0
         received = p2p.recv(inbox[i]) if inbox[i] else None
         if i + 1 < len(ops):

@@ -65,17 +65,18 @@ def decode_key(key: int, stages: int, microbatches: int) -> tuple[int, int, int]
 
 def check_ops(schedule: Schedule) -> None:
     """Every op names a real microbatch and chunk, and every (kind, microbatch, stage) appears once."""
-    pp, mbs, chunks, stages = schedule.pp, schedule.microbatches, schedule.chunks, schedule.stages
+    mbs, chunks, stages = schedule.microbatches, schedule.chunks, schedule.stages
     sm = stages * mbs
     counts = bytearray(4 * sm)
     code = _KIND_CODE
     for r, ops in enumerate(schedule.ranks):
+        stage_of_chunk = schedule.stages_of(r)
         for i, op in enumerate(ops):
             kind, m, c = op
             k = code.get(kind)
             if k is None or type(m) is not int or type(c) is not int or not (0 <= m < mbs and 0 <= c < chunks):
                 _bad_op(schedule, r, i, op)
-            key = k * sm + (c * pp + r) * mbs + m
+            key = k * sm + stage_of_chunk[c] * mbs + m
             if counts[key]:
                 first = next(j for j, other in enumerate(ops) if other == op)
                 raise ScheduleError(f"rank {r}: {schedule.op_text(op)} appears twice (op {first + 1} and op {i + 1}); "
@@ -106,10 +107,10 @@ def _bad_op(schedule: Schedule, r: int, i: int, op: Op):
 
 def _first_missing(schedule: Schedule, counts: bytearray, sm: int) -> None:
     """Slow path for a broken schedule (or one mixing B with I + W): name the first missing or conflicting op."""
-    pp, mbs, text = schedule.pp, schedule.microbatches, schedule.op_text
+    mbs, text = schedule.microbatches, schedule.op_text
     forward_only = not any(counts[sm:])
     for s in range(schedule.stages):
-        r, c = s % pp, s // pp
+        r, c = schedule.rank_of(s), schedule.chunk_of(s)
         for m in range(mbs):
             at = s * mbs + m
             has = {kind: counts[code * sm + at] for kind, code in _KIND_CODE.items()}
@@ -138,6 +139,7 @@ def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[int, ...]
     :class:`ScheduleError` explains the wait.  Callers must have run :func:`check_ops` first.
     """
     pp, stages, mbs, ranks = schedule.pp, schedule.stages, schedule.microbatches, schedule.ranks
+    stage_table = [schedule.stages_of(r) for r in range(pp)]
     sm = stages * mbs
     g_base, i_base = G_KEY * sm, I_KEY * sm
     last = stages - 1
@@ -149,12 +151,13 @@ def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[int, ...]
     while ready:
         r = ready.popleft()
         ops = ranks[r]
+        stage_of_chunk = stage_table[r]
         i = pos[r]
         n = len(ops)
         while i < n:
             op = ops[i]
             kind, m, c = op
-            s = c * pp + r
+            s = stage_of_chunk[c]
             here = s * mbs + m
             if kind == "F":
                 deps = (here - mbs,) if s else ()
@@ -208,7 +211,7 @@ def is_valid(schedule: Schedule) -> bool:
 def _producer(schedule: Schedule, key: int) -> tuple[int, Op, str]:
     """The rank and op that produce ``key``, and the key's kind letter."""
     kind, m, s = decode_key(key, schedule.stages, schedule.microbatches)
-    r, c = s % schedule.pp, s // schedule.pp
+    r, c = schedule.rank_of(s), schedule.chunk_of(s)
     if kind == F_KEY:
         return r, Op("F", m, c), "F"
     if kind == G_KEY:

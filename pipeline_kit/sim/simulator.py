@@ -122,7 +122,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
     elif cost_kwargs:
         raise TypeError("pass either a Costs object or cost keyword arguments, not both")
     pp = schedule.pp
-    sc = costs.resolve(pp, schedule.chunks)
+    sc = costs.resolve(pp, schedule.chunks, schedule.placement)
     check_ops(schedule)
 
     stages, mbs = schedule.stages, schedule.microbatches
@@ -139,17 +139,19 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
     peak_bytes = [0] * pp
     events: list[Event] = []
     transfers: list[Transfer] = []
+    rank_of = [schedule.rank_of(s) for s in range(stages)]
     for r, op, s, deps in dataflow(schedule):
         start = free[r]
         for key in deps:
             t = end[key]
             kind_stage, m = divmod(key, mbs)
             key_kind, ks = divmod(kind_stage, stages)
-            if ks % pp != r:  # produced on another rank: it crosses a boundary
+            src = rank_of[ks]
+            if src != r:  # produced on another rank: it crosses a boundary
                 forward = key_kind == F_KEY
                 boundary = ks if forward else ks - 1
                 arrive = t + comm[boundary]
-                transfers.append(Transfer(ks % pp, r, m, "forward" if forward else "backward", boundary, t, arrive,
+                transfers.append(Transfer(src, r, m, "forward" if forward else "backward", boundary, t, arrive,
                                           nbytes[boundary]))
                 t = arrive
             start = max(start, t)

@@ -73,7 +73,7 @@ def make_trace(fwd_ms, bwd_ms, microbatches: int, p2p_ms: float = 0.0, jitter: f
             arrive = done[key] + p2p_ms
             if arrive <= free[r]:  # already there: no wait to record
                 continue
-            waits.append({"rank": r, "peer": ks % pp, "direction": "forward" if key_kind == F_KEY else "backward",
+            waits.append({"rank": r, "peer": sched.rank_of(ks), "direction": "forward" if key_kind == F_KEY else "backward",
                           "microbatch": m, "chunk": c, "stage": s, "start": free[r] / 1e3,
                           "end": arrive / 1e3})
             ready = max(ready, arrive)
