@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from pipeline_kit import cli
-from pipeline_kit.schedules import SCHEDULES, ScheduleConfigError, build_schedule
+from pipeline_kit.schedules import SCHEDULES, Op, Schedule, ScheduleConfigError, build_schedule
 from pipeline_kit.sim import CostError, simulate
 
 from headless_chromium import ChromiumUnavailable, chromium_driver
@@ -173,6 +173,54 @@ def test_the_port_agrees_with_the_kit_on_random_configurations(page):
             problems.append(f"{where}: peaks {res.peak_activations} (kit) != {got['peaks']} (JS)")
     assert not problems, f"{len(problems)} disagreements, e.g.\n" + "\n".join(problems[:15])
     assert valid >= 300 and refused >= 60, (valid, refused)  # both sides of the port were exercised
+
+
+def v_schedule(pp: int, mbs: int, split: bool) -> Schedule:
+    """A GPipe-like V-placed schedule (down the ranks on chunk 0, back up on chunk 1), for the placement."""
+    ranks = []
+    for _ in range(pp):
+        ops = [Op("F", m, 0) for m in range(mbs)] + [Op("F", m, 1) for m in range(mbs)]
+        for c in (1, 0):
+            ops += [Op(k, m, c) for m in range(mbs) for k in ("IW" if split else "B")]
+        ranks.append(ops)
+    return Schedule("v-gpipe", pp, mbs, 2, ranks, placement="v")
+
+
+JS_SIMULATE = """
+const out = [];
+for (const [d, cfg] of arguments[0]) {
+  const s = PK.fromDict(d);
+  const factors = cfg.slowRank >= 0 ? s.ranks.map((_, r) => r === cfg.slowRank ? cfg.slowFactor : 1.0) : null;
+  const r = PK.simulate(s, PK.resolveCosts(s, {fwd: 1.0, bwd: cfg.bwdRatio, stageCosts: factors, p2pLatency: cfg.latency}));
+  out.push({times: r.events.map(evs => evs.map(e => [PK.opText(e.op, s.chunks), e.start, e.end])), makespan: r.makespan,
+            bubble: r.bubbleFraction, peaks: r.peakActivations});
+}
+return out;
+"""
+
+
+def test_the_port_follows_the_kits_v_placement(page):
+    """ZB-V and DualPipe-V will place rank r's chunks on stages r and 2pp-1-r: the port routes and costs them so."""
+    rng = random.Random(5)
+    cases = []
+    for pp in range(1, 7):
+        for split in (False, True):
+            cfg = {"bwdRatio": rng.choice([1, 2, 3]), "slowRank": rng.choice([-1, rng.randrange(pp)]),
+                   "slowFactor": rng.choice([1.5, 2]), "latency": rng.choice([0, 0.25])}
+            cases.append((v_schedule(pp, rng.randint(1, 5), split), cfg))
+    hand = Schedule.from_text("# schedule=v pp=2 microbatches=2 chunks=2 placement=v\n"
+                              "r0: F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 B0c0 B1c0\n"
+                              "r1: F0c0 F0c1 F1c0 F1c1 B0c1 B0c0 B1c1 B1c0\n")
+    cases.append((hand, {"bwdRatio": 2, "slowRank": 1, "slowFactor": 3, "latency": 0.5}))
+    js = page.execute_script(JS_SIMULATE, [[sched.to_dict(), cfg] for sched, cfg in cases])
+    assert page.execute_script("return [PK.virtualStage(2, 1, 5, 'v'), PK.stageOwner(7, 5, 'v')]") == [7, [2, 1]]
+    for (sched, cfg), got in zip(cases, js):
+        res = simulate(sched, kit_costs(sched, cfg))
+        times = [[[sched.op_text(e.op), e.start, e.end] for e in res.rank_events(r)] for r in range(sched.pp)]
+        assert [[t[0] for t in row] for row in got["times"]] == [[t[0] for t in row] for row in times]
+        assert all(close(a[1], b[1]) and close(a[2], b[2]) for ra, rb in zip(times, got["times"]) for a, b in zip(ra, rb))
+        assert close(res.makespan, got["makespan"]) and close(res.bubble_fraction, got["bubble"])
+        assert res.peak_activations == got["peaks"]
 
 
 # -- the page against the command line -----------------------------------------------------------

@@ -21,10 +21,10 @@
  *   2. Register it in FAMILIES under its CLI name with `takesChunks` (does build_schedule pass
  *      --chunks to it?), `defaultChunks` (what it uses when none is given) and the label the
  *      page's menu shows.  Mirror any change to build_schedule's own checks in buildSchedule.
- *   3. A family whose placement is not Megatron's looped one (e.g. a V: rank r holds stages r and
- *      2pp-1-r) sets `placement: function (rank, chunk, pp) { return stage; }` on its schedule;
- *      the simulator then routes data by that placement (the default is chunk * pp + rank).
- *      Port the kit's placement exactly as the kit defines it.
+ *   3. A family placed as a V (ZB-V, DualPipe-V: rank r holds stages r and 2pp-1-r) passes "v"
+ *      as schedule()'s last argument, as the kit's Schedule(..., placement="v") does; the
+ *      simulator and the per-rank costs then follow virtualStage/stageOwner (ports of
+ *      ops.virtual_stage/stage_owner).  A new placement in the kit goes into those two.
  *   4. Run `pytest tests/test_static_explorer.py`: it compares your port with the kit.
  */
 (function (root) {
@@ -61,8 +61,31 @@
 
   function opText(o, chunks) { return o.kind + o.mb + (chunks > 1 ? "c" + o.chunk : ""); }
 
-  function schedule(name, pp, microbatches, chunks, ranks) {
-    return { name: name, pp: pp, microbatches: microbatches, chunks: chunks, ranks: ranks, placement: null };
+  function schedule(name, pp, microbatches, chunks, ranks, placement) {
+    return { name: name, pp: pp, microbatches: microbatches, chunks: chunks, ranks: ranks, placement: placement || "looped" };
+  }
+
+  /* ops.virtual_stage / ops.stage_owner: "looped" (Megatron: chunk c of rank r is stage c pp + r) or
+   * "v" (ZB-V, DualPipe-V: chunk 0 of rank r is stage r, chunk 1 is stage 2 pp - 1 - r). */
+  function virtualStage(rank, chunk, pp, placement) {
+    if (placement === "v") return chunk === 0 ? rank : 2 * pp - 1 - rank;
+    return chunk * pp + rank;
+  }
+
+  function stageOwner(stage, pp, placement) {
+    if (placement === "v") return stage < pp ? [stage, 0] : [2 * pp - 1 - stage, 1];
+    return [stage % pp, Math.floor(stage / pp)];
+  }
+
+  /* A schedule from the kit's JSON form (Schedule.to_dict), e.g. for tests of hand-made schedules. */
+  function fromDict(d) {
+    var ranks = d.ranks.map(function (ops) {
+      return ops.map(function (t) {
+        var m = /^([FBIW])(\d+)(?:c(\d+))?$/.exec(t);
+        return op(m[1], Number(m[2]), m[3] === undefined ? 0 : Number(m[3]));
+      });
+    });
+    return schedule(d.schedule, d.pp, d.microbatches, d.chunks || 1, ranks, d.placement);
   }
 
   function range(n, f) { var out = []; for (var i = 0; i < n; i++) out.push(f(i)); return out; }
@@ -197,7 +220,7 @@
 
   // -- costs: the CLI's --fwd 1 --bwd RATIO --stage-costs a,b,... --p2p-latency L ------------------
 
-  function perVirtualStage(values, pp, chunks, name) {
+  function perVirtualStage(values, pp, chunks, name, placement) {
     var stages = pp * chunks;
     if (values.length !== pp && values.length !== stages) {
       throw new CostError(name + " has " + values.length + " values; expected 1 or " + pp + " (one per rank)" +
@@ -209,7 +232,8 @@
       }
     }
     if (values.length === stages) return values.slice();
-    return range(stages, function (s) { return values[s % pp] / chunks; });
+    // per-rank values with v chunks: each of a rank's v stages takes 1/v of the rank's value
+    return range(stages, function (s) { return values[stageOwner(s, pp, placement)[0]] / chunks; });
   }
 
   /* costs_from_args + Costs.resolve for fwd, bwd (= ratio x fwd), default wgrad and latency.
@@ -227,8 +251,8 @@
       fwdV = range(pp, function () { return fwd; });
       bwdV = range(pp, function () { return bwd; });
     }
-    var f = perVirtualStage(fwdV, pp, v, "fwd");
-    var b = perVirtualStage(bwdV, pp, v, "bwd");
+    var f = perVirtualStage(fwdV, pp, v, "fwd", sched.placement);
+    var b = perVirtualStage(bwdV, pp, v, "bwd", sched.placement);
     var w = b.map(function (x) { return x / 2; });
     if (typeof lat !== "number" || lat < 0) {
       throw new CostError("p2p_latency must be a non-negative number, got " + pyRepr(lat, true));
@@ -239,10 +263,6 @@
 
   // -- the simulator: simulator.simulate over validate.dataflow ----------------------------------
 
-  function stageOf(sched, rank, chunk) {
-    return sched.placement ? sched.placement(rank, chunk, sched.pp) : chunk * sched.pp + rank;
-  }
-
   /* Every rank runs its ops in order; an op starts when its rank is free and its inputs have
    * arrived (a cross-rank input arrives comm[boundary] after its producer ends).  Returns the
    * kit's SimResult fields.  Throws if ranks block forever (generated schedules never do). */
@@ -250,8 +270,8 @@
     var pp = sched.pp, mbs = sched.microbatches, chunks = sched.chunks, stages = pp * chunks;
     var sm = stages * mbs, last = stages - 1;
     var G = sm, I = 2 * sm;
-    var rankOf = new Array(stages);
-    for (var rr = 0; rr < pp; rr++) for (var cc = 0; cc < chunks; cc++) rankOf[stageOf(sched, rr, cc)] = rr;
+    var rankOf = range(stages, function (st) { return stageOwner(st, pp, sched.placement)[0]; });
+    var stagesOf = range(pp, function (rr) { return range(chunks, function (cc) { return virtualStage(rr, cc, pp, sched.placement); }); });
     var dur = { F: sc.fwd, B: sc.bwd, I: sc.bwd.map(function (b, s) { return b - sc.wgrad[s]; }), W: sc.wgrad };
     var keep = sched.ranks.some(function (ops) { return ops.some(function (o) { return o.kind !== "F"; }); });
     var end = new Float64Array(3 * sm), done = new Uint8Array(3 * sm);
@@ -261,7 +281,7 @@
     while (head < ready.length) {
       var r = ready[head++], ops = sched.ranks[r], i = pos[r];
       for (; i < ops.length; i++) {
-        var o = ops[i], s = stageOf(sched, r, o.chunk), here = s * mbs + o.mb, deps, made;
+        var o = ops[i], s = stagesOf[r][o.chunk], here = s * mbs + o.mb, deps, made;
         if (o.kind === "F") {
           deps = s ? [(s - 1) * mbs + o.mb] : [];
           made = [here];
@@ -347,7 +367,8 @@
 
   var PK = {
     FAMILIES: FAMILIES, ScheduleConfigError: ScheduleConfigError, CostError: CostError,
-    op: op, opText: opText, schedule: schedule, refuse: refuse, checkSizes: checkSizes,
+    op: op, opText: opText, schedule: schedule, refuse: refuse, checkSizes: checkSizes, fromDict: fromDict,
+    virtualStage: virtualStage, stageOwner: stageOwner,
     gpipe: gpipe, oneFOneB: oneFOneB, interleaved: interleaved, zbH1: zbH1,
     interleavedTable: interleavedTable, interleavedWarmup: interleavedWarmup,
     buildSchedule: buildSchedule, resolveCosts: resolveCosts, simulate: simulate, run: run, pyRepr: pyRepr,
