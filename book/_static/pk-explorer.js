@@ -1,9 +1,10 @@
 /* The static explorer: controls, an SVG timeline and the metrics, redrawn in the page (no kernel).
  *
- * It turns every element with the class "pk-explorer" into an explorer; the numbers come from
- * pk-sim.js (the port of pipeline_kit that tests/test_static_explorer.py cross-checks against the
- * kit).  Jupyter Book loads every script in book/_static on every page, so this file does nothing
- * on a page without such an element.  Plain script, no fetch(): it works from file:// too.
+ * It turns the element #pk-explorer (one per page: the ids below are the contract) into an
+ * explorer; the numbers come from pk-sim.js (the port of pipeline_kit that
+ * tests/test_static_explorer.py cross-checks against the kit).  Jupyter Book loads every script in
+ * book/_static on every page, so this file does nothing on a page without that element.  Plain
+ * script, no fetch(): it works from file:// too.
  *
  * DOM contract (tests and benchmarks rely on it): inputs #pk-schedule (a select whose values are
  * the CLI names), #pk-pp, #pk-microbatches, #pk-chunks, #pk-bwd-ratio (B/F with F = 1),
@@ -183,10 +184,10 @@
     });
     var cmd = root.appendChild(el("p", { "class": "pk-command" }, "the same in a terminal: "));
     this.command = cmd.appendChild(el("code", { id: "pk-command" }));
-    var self2 = this, pending = null;
+    var pending = null;
     window.addEventListener("resize", function () {
       clearTimeout(pending);
-      pending = setTimeout(function () { self2.update(); }, 150);
+      pending = setTimeout(function () { self.update(); }, 150);
     });
     this.update();
   }
@@ -279,10 +280,8 @@
 
   function init() {
     if (typeof PK === "undefined") return;
-    var roots = document.querySelectorAll(".pk-explorer, #pk-explorer");
-    for (var i = 0; i < roots.length; i++) {
-      if (!roots[i].pkExplorer) roots[i].pkExplorer = new Explorer(roots[i]);
-    }
+    var root = document.getElementById("pk-explorer");
+    if (root && !root.pkExplorer) root.pkExplorer = new Explorer(root);
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
