@@ -150,6 +150,10 @@ def test_schedule_json_accepts_its_documented_fields():
     assert Schedule.from_json(text) == build_schedule("interleaved", 2, 4, 2)
     data = {**json.loads(text), "placement": "looped"}
     assert Schedule.from_dict(data).chunks == 2
+    v = Schedule.from_dict({**data, "placement": "v"})  # issue 13's optional field
+    assert v.placement == "v" and Schedule.from_json(v.to_json()) == v
+    with pytest.raises(ScheduleTextError, match="placement 'v' puts exactly 2 chunks on each rank"):
+        Schedule.from_dict({"pp": 2, "microbatches": 1, "chunks": 3, "ranks": [[], []], "placement": "v"})
     with pytest.raises(ScheduleTextError, match="schedule JSON: NaN is not a JSON number"):
         Schedule.from_json('{"pp": NaN}')
     with pytest.raises(ScheduleTextError, match="too large for a float"):
