@@ -9,6 +9,7 @@ trustworthy "what if" for re-cutting layers.
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
 
@@ -58,6 +59,8 @@ def load_trace(path: str) -> dict:
     """A ``pipeline_kit.run --trace`` file, checked against :data:`TRACE_JSON` and for ranges (an event's
     rank below pp, its stage below pp x chunks, end not before start), or :class:`TraceError`."""
     where = f"--trace {path}"
+    if not os.path.isfile(path):
+        raise TraceError(f"{where}: cannot read it ({'not a file' if os.path.exists(path) else 'no such file'})")
     try:
         data = read_json(path, "--trace")
         fields = check_object(data, TRACE_JSON, where, ignore_unknown=True)
