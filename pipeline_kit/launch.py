@@ -33,9 +33,10 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            "-m", module, *map(str, args)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    # its own session: a terminal's Ctrl-C reaches only us, and we stop the job in order
+    # its own session: a terminal's Ctrl-C reaches only us, and we stop the job in order; and should this
+    # process die without a chance to (SIGKILL), torchrun is sent SIGTERM and stops its workers itself
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd or ROOT, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_terminate_when_parent_dies)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -45,6 +46,15 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
         stop_job(proc)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _terminate_when_parent_dies() -> None:
+    """In the child, before exec: Linux's ``PR_SET_PDEATHSIG`` -- SIGTERM when the launching thread dies."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the timeout and interrupt paths still stop the job
+        pass
 
 
 def stop_job(proc: subprocess.Popen) -> tuple[str, str]:

@@ -122,3 +122,28 @@ def test_launch_timeout_leaves_no_worker_behind(monkeypatch, stubborn):
     assert info.value.output.count("ready rank") == 2, info.value.output  # both workers were up
     assert time.monotonic() - t0 < 10 + 2 * 3.0 + 5
     assert processes_with(marker) == []
+
+
+def test_an_interrupted_caller_stops_the_whole_job_and_a_killed_one_too():
+    """Ctrl-C in the program that called launch.torchrun (a notebook's interrupt button) stops every worker
+    before the KeyboardInterrupt goes on; if that program is killed outright, torchrun still stops them."""
+    for signum in (signal.SIGINT, signal.SIGKILL):
+        marker = f"pk-{uuid.uuid4().hex[:12]}"
+        script = ("from pipeline_kit import launch\n"
+                  "try:\n"
+                  f"    launch.torchrun(2, {marker!r}, module='tests.sleeper', timeout=300)\n"
+                  "except KeyboardInterrupt:\n"
+                  "    print('caller interrupted', flush=True)\n")
+        caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, cwd=ROOT, env=ENV)
+        deadline = time.monotonic() + 60
+        while len([p for p in processes_with(marker) if "tests.sleeper" in p and "torch.distributed" not in p]) < 2:
+            assert time.monotonic() < deadline, processes_with(marker)
+            time.sleep(0.1)
+        caller.send_signal(signum)
+        out, _ = caller.communicate(timeout=60)
+        assert ("caller interrupted" in out) == (signum == signal.SIGINT)
+        deadline = time.monotonic() + 30  # after SIGKILL, torchrun's own teardown takes a moment
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_with(marker) == [], signum
