@@ -24,7 +24,7 @@ from .argtypes import (
     positive_float,
 )
 from .inputs import InputError, check_output_path, read_text, strict_json
-from .interrupts import interrupts_end_in_one_line
+from .interrupts import atomic_output, interrupts_end_in_one_line, write_file_atomically
 from .layout import commands as layout_commands
 from .limits import MAX_DRAW_OPS, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, LimitError, check_at_most
 from .schedules import (
@@ -227,14 +227,14 @@ def cmd_draw(args: argparse.Namespace) -> int:
             fig = draw_timeline(tl, arrows=args.arrows, phases=args.phases, first_backward=args.first_backward).figure
         check_image_size(fig, args.dpi)
         try:
-            fig.savefig(args.output, dpi=args.dpi)
+            with atomic_output(args.output) as tmp:
+                fig.savefig(tmp, dpi=args.dpi)
         except OSError as exc:
             raise UsageError(f"argument -o: cannot write {args.output!r}: {exc.strerror}") from None
         print(f"wrote {args.output} ({len(tl.ops)} ops, {tl.pp} ranks, makespan {tl.makespan:.4g} {tl.unit})")
     if args.perfetto:
         try:
-            with open(args.perfetto, "w", encoding="utf-8") as fh:
-                fh.write(strict_json(to_chrome_trace(tl)))
+            write_file_atomically(args.perfetto, strict_json(to_chrome_trace(tl)))
         except OSError as exc:
             raise UsageError(f"argument --perfetto: cannot write {args.perfetto!r}: {exc.strerror}") from None
         print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")

@@ -12,8 +12,8 @@ Two situations, two mechanisms:
   for them, removes this process's temporary files, prints one line (rank 0 only, so a 4-rank
   job says it once instead of printing four KeyboardInterrupt tracebacks) and ends the process.
 
-:func:`write_file_atomically` writes a result through a temporary file that both mechanisms remove,
-so an interrupted run never leaves a half-written ``--json`` or ``--trace`` file.  No torch.
+:func:`atomic_output` writes a result through a temporary file that both mechanisms remove, so an
+interrupted command never leaves a half-written ``--json``, ``--trace`` or image file.  No torch.
 """
 
 from __future__ import annotations
@@ -107,20 +107,29 @@ def exit_on_signals_from_a_watcher(say: Callable[[int], None]) -> None:
     _watcher_started = True
 
 
-def write_file_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed into place when
-    complete: readers see the old file or the whole new one, never half of it."""
+@contextmanager
+def atomic_output(path: str) -> Iterator[str]:
+    """A temporary path in ``path``'s folder, with its suffix (so writers that go by the extension still
+    work), renamed to ``path`` when the block ends without an error, removed otherwise -- and removed on
+    Ctrl-C or SIGTERM too (it is in :data:`TEMPORARY_FILES` meanwhile): readers see the old file or the
+    whole new one, never half of it."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".pipeline-kit-", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=".pipeline-kit-", suffix=os.path.splitext(path)[1] or ".tmp", dir=folder)
+    os.close(fd)
     TEMPORARY_FILES.add(tmp)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # what open(path, "w") would have made, not mkstemp's 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        yield tmp
         os.replace(tmp, path)
     finally:
         TEMPORARY_FILES.discard(tmp)
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_file_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through :func:`atomic_output`."""
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)

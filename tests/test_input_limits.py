@@ -221,3 +221,16 @@ def test_json_output_is_strict_at_the_largest_allowed_costs():
     assert result.code == 0, result.err
     data = json.loads(result.out, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
     assert math.isfinite(data["makespan"]) and data["makespan"] > 1e30
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--inject", "crash:rank=" + "9" * 5000 + ",mb=1"], "argument --inject: expected FAULT as skip-send:rank=R"),
+    (["--layout", ""], "argument --layout: the layout is empty"),
+    (["--p2p-timeout", "1e300"], "argument --p2p-timeout: expected a positive number of at most 1e+15"),
+    (["--seed", str(2**70)], "argument --seed: expected an integer from 0 to 2**63 - 1"),
+    (["--steps", "1000000"], "(MAX_STEPS)"),
+    (["--hidden", "65536", "--heads", "1", "--vocab", "65536"], "more than the limit of 32 GiB (MAX_RUN_MEMORY_BYTES)"),
+])
+def test_run_refuses_before_importing_torch(argv, message):
+    result = run_capped(*argv, module="pipeline_kit.run")
+    assert result.code == 2 and len(result.err_lines) == 1 and message in result.err, result.err[-2000:]
