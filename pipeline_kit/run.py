@@ -19,6 +19,7 @@ from .argtypes import OneLineParser, float_list, int_at_most, one_line, positive
 from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
 
 MODEL_DIM = int_at_most("MAX_MODEL_DIM", "")
+QUIET_RANK_WAIT_S = 10.0  # how long a rank other than 0 waits to be stopped before it reports a refusal itself
 
 
 def build_parser() -> OneLineParser:
@@ -76,7 +77,8 @@ def refuse_before_starting(args, world: int) -> str | None:
     from .inputs import InputError, check_output_path
     from .layout.costs import ModelSpec, embedding_params, layer_activation_bytes, layer_params, loss_params
     from .limits import MAX_RUN_MEMORY_BYTES
-    paths = [(flag, path) for flag, path in (("--json", args.json), ("--trace", args.trace)) if path]
+    writer = os.environ.get("RANK", "0") == "0"  # rank 0 writes the files, on its own node's file system
+    paths = [(flag, path) for flag, path in (("--json", args.json), ("--trace", args.trace)) if path and writer]
     try:
         for flag, path in paths:
             check_output_path(path, f"argument {flag}")
@@ -116,8 +118,12 @@ def main(argv=None) -> int:
     rank = int(os.environ.get("RANK", "0"))
 
     def usage(message: str) -> int:
-        if rank == 0:
-            print(f"{parser.prog}: error: {one_line(message)}", file=sys.stderr, flush=True)
+        # One line for the job: rank 0 says it and exits, and torchrun then stops the other ranks.  They
+        # wait for that rather than exit first -- torchrun would stop rank 0 before it could say why --
+        # and speak only if nobody stopped them (rank 0 is slow, or saw no problem).
+        if rank != 0:
+            time.sleep(QUIET_RANK_WAIT_S)
+        print(f"{parser.prog}: error: {one_line(message)}", file=sys.stderr, flush=True)
         return 2
 
     # Everything that can be checked without a process group is checked first, on every rank alike.
