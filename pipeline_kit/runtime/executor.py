@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..schedules import Schedule, op_messages
+from ..trace import op_record
 from .faults import Fault, InjectedCrash
 from .p2p import P2P
 
@@ -93,8 +94,7 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
 
         if cuda_sync:
             torch.cuda.synchronize()
-        rec.events.append({"rank": rank, "op": schedule.op_text(op), "kind": kind, "microbatch": m, "chunk": chunk,
-                           "stage": s, "start": start, "end": time.perf_counter() - t0})
+        rec.events.append(op_record(schedule, rank, op, s, start, time.perf_counter() - t0))
 
     rec.end = rec.events[-1]["end"] if rec.events else 0.0
     return rec

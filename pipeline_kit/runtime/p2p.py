@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 from ..schedules import Schedule
 from ..schedules.messages import Message, message_plan
+from ..trace import wait_record
 from .faults import Fault
 
 __all__ = ["P2P", "P2PTimeout", "Message", "message_plan", "measure_latency"]  # Message, message_plan: re-exported
@@ -149,10 +150,9 @@ class P2P:
         started = time.perf_counter()
         self._wait(work, lambda: self._recv_desc(msg, src))
         if self._wait_log is not None:
-            self._wait_log.append({"rank": self.rank, "peer": src, "direction": msg.direction,
-                                   "microbatch": msg.microbatch, "chunk": self.schedule.chunk_of(msg.dst_stage),
-                                   "stage": msg.dst_stage, "start": started - self._t0,
-                                   "end": time.perf_counter() - self._t0})
+            self._wait_log.append(wait_record(self.rank, src, msg.direction, msg.microbatch,
+                                              self.schedule.chunk_of(msg.dst_stage), msg.dst_stage,
+                                              started - self._t0, time.perf_counter() - self._t0))
         self.received[src] = self.received.get(src, 0) + 1
         self._log(f"recv {msg.direction:<8} mb={msg.microbatch} stage {msg.src_stage}->{msg.dst_stage} from rank {src} "
                   f"shape={tuple(buf.shape)}")
