@@ -144,12 +144,12 @@ def _run(args, env, schedule, fault, layout) -> int:
     import torch
     import torch.distributed as dist
 
-    from .layout import Layout, StageSpec
+    from .layout import ModelSpec
     from .runtime.compute import ModelCompute, SyntheticCompute
     from .runtime.executor import run_step
     from .runtime.grads import compare_grads, reference_grads, sync_tied_grads
     from .runtime.loss import loss_to_all_ranks
-    from .runtime.model import GPTConfig, build_stage, make_batch, split_layers
+    from .runtime.model import build_stage, default_layout, make_batch
     from .runtime.p2p import P2P, measure_latency
     from .sim import Costs, simulate
     from .trace import new_trace
@@ -157,12 +157,14 @@ def _run(args, env, schedule, fault, layout) -> int:
     torch.set_num_threads(1)
     _say(env, env.describe())
     pp, rank, v = schedule.pp, env.rank, schedule.chunks
-    cfg = GPTConfig(vocab=args.vocab, seq_len=args.seq_len, hidden=args.hidden, heads=args.heads,
-                    layers=args.layers, tie_embeddings=args.tie_embeddings, seed=args.seed)
+    cfg = ModelSpec(vocab=args.vocab, seq_len=args.seq_len, hidden=args.hidden, heads=args.heads, layers=args.layers,
+                    tie_embeddings=args.tie_embeddings, micro_batch_size=args.micro_batch_size, dtype_bytes=4,
+                    seed=args.seed)  # the runtime trains in fp32
+    layout = layout or default_layout(cfg.layers, schedule.stages)
     shape = (args.micro_batch_size, args.seq_len, args.hidden)
-    layer_ids = [s.layers for s in layout.stages] if layout else split_layers(cfg.layers, schedule.stages)
     mine = schedule.stages_of(rank)  # this rank's virtual stage per chunk
-    stages = {c: build_stage(cfg, s, schedule.stages, layer_ids[s]).to(env.device) for c, s in enumerate(mine)}
+    stages = {c: build_stage(cfg, s, layout.num_stages, layout.stages[s].layers).to(env.device)
+              for c, s in enumerate(mine)}
     params = [p for s in stages.values() for p in s.parameters()]
     stage_params = [None] * schedule.stages
     for c, s in stages.items():
@@ -243,7 +245,7 @@ def _run(args, env, schedule, fault, layout) -> int:
         "schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
         "backend": env.backend, "device": env.device.type, "world": env.world,
         "config": cfg.to_dict(), "micro_batch_size": args.micro_batch_size, "stage_params": stage_params,
-        "layout": str(Layout(tuple(StageSpec(s == 0, r, s == schedule.stages - 1) for s, r in enumerate(layer_ids)))),
+        "layout": str(layout),
         "step_times": step_times, "losses": losses,
         "tokens_per_s": tokens_per_step / statistics.median(step_times),
         # the first step pays one-time costs (allocations, connections): the median of the rest is the figure

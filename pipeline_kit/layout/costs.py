@@ -29,7 +29,12 @@ from .spec import Layout, LayoutError, StageSpec
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Model and batch shape: enough to count every stage's parameters, FLOPs and bytes."""
+    """Model and batch shape: enough to count every stage's parameters, FLOPs and bytes.
+
+    The one model description of the kit: the runtime builds its GPT from it too
+    (:mod:`pipeline_kit.runtime.model`, where ``GPTConfig`` makes one with the runtime's defaults).
+    ``seed`` only matters there: it fixes the initial weights and the synthetic data.
+    """
 
     vocab: int = 256
     seq_len: int = 32
@@ -40,6 +45,7 @@ class ModelSpec:
     tie_embeddings: bool = False
     micro_batch_size: int = 2
     dtype_bytes: int = 2
+    seed: int = 1234
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,7 +79,7 @@ def load_model_spec(name_or_file: str) -> ModelSpec:
     spec = ModelSpec(**data)
     for f in fields(ModelSpec):
         value = getattr(spec, f.name)
-        if f.name != "tie_embeddings" and (not isinstance(value, int) or value < 1):
+        if f.name not in ("tie_embeddings", "seed") and (not isinstance(value, int) or value < 1):
             raise LayoutError(f"--config {name_or_file}: {f.name} must be a positive integer, got {value!r}")
     return spec
 
