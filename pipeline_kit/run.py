@@ -358,7 +358,8 @@ def _print_summary(summary: dict, schedule, job) -> None:
     print(f"peak live activations per rank: {summary['peak_activations']} "
           f"(simulator: {summary['simulated_peak_activations']})")
     if not job.synthetic:
-        print(f"activation bytes at peak per rank: {[f'{b / 2**20:.2f} MiB' for b in summary['peak_activation_bytes']]}")
+        at_peak = [f"{b / 2**20:.2f} MiB" for b in summary["peak_activation_bytes"]]
+        print(f"activation bytes at peak per rank: {at_peak}")
         freed = summary["deallocated_output_bytes"]
         if any(freed):
             per_mb = max(freed) / max(1, schedule.microbatches * schedule.chunks)

@@ -175,6 +175,6 @@ def format_table(costs: list[StageCost], m: ModelSpec, microbatches: int, layout
     lines.append(f"params max/min = {max(params):,} / {min(params):,} = {max(params) / min(params):.2f}x; "
                  f"forward FLOPs max/min = {max(flops) / min(flops):.2f}x")
     lines.append(f"P2P: {vol['per_transfer']:,} bytes per transfer (s*b*h*{m.dtype_bytes}); with {microbatches} "
-                 f"microbatches and {vol['boundaries']} boundaries: {vol['per_direction_per_step'] / 2**20:.2f} MiB per "
-                 f"direction per step, {vol['total_per_step'] / 2**20:.2f} MiB in total")
+                 f"microbatches and {vol['boundaries']} boundaries: {vol['per_direction_per_step'] / 2**20:.2f} MiB "
+                 f"per direction per step, {vol['total_per_step'] / 2**20:.2f} MiB in total")
     return "\n".join(lines)

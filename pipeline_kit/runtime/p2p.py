@@ -228,7 +228,8 @@ class P2P:
 
     def _recv_desc(self, msg: Message, src: int, prefix: str = "") -> str:
         return (f"rank {self.rank} timed out after {self.timeout_s:g} s waiting to receive the {prefix}"
-                f"{msg.what(self.pp, self.placement)} from rank {src}; expected shape {self.shape} {str(self.dtype).replace('torch.', '')}; "
+                f"{msg.what(self.pp, self.placement)} from rank {src}; expected shape {self.shape} "
+                f"{str(self.dtype).replace('torch.', '')}; "
                 f"{self._counts(src)}")
 
     def _send_desc(self, msg: Message, dst: int, prefix: str = "") -> str:
