@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from .figure import KitFigure
 from .timeline import Timeline
 
 RANK_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
@@ -51,7 +52,7 @@ def draw_memory(timelines: dict[str, Timeline], unit_per_chunk: bool = True) -> 
     worth of one rank's share of the model (an interleaved chunk holds ``1/v`` of it).
     """
     names = list(timelines)
-    fig = Figure(figsize=(4.2 * len(names) + 1.2, 3.4))
+    fig = KitFigure(figsize=(4.2 * len(names) + 1.2, 3.4))
     axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
     for ax, name in zip(axes, names):
         tl = timelines[name]
