@@ -169,6 +169,15 @@ def test_explorer_render_and_metrics():
     assert "not a valid configuration" in metrics_html(metrics)
 
 
+def test_explorer_redraws_into_one_figure_exactly_as_a_fresh_one():
+    """The explorer reuses one figure: nothing of an earlier configuration (or error) may linger in it."""
+    from pipeline_kit.viz.figure import png_bytes
+    fig = render("interleaved", 8, 32, 4, slow_stage=3, slowdown=2.0, p2p_latency=0.2)[0]
+    assert "error" in render("interleaved", 4, 6, 2, fig=fig)[1]
+    assert render("gpipe", 2, 4, fig=fig)[0] is fig
+    assert png_bytes(fig, tight=False) == png_bytes(render("gpipe", 2, 4)[0], tight=False)
+
+
 def test_explorer_widget_draws_a_picture_and_redraws_it():
     """The timeline is PNG bytes in an ``ipywidgets.Image`` (no backend involved); a control redraws it."""
     w = pytest.importorskip("ipywidgets")

