@@ -197,14 +197,17 @@ class Lab:
         cells = self.driver.find_elements("css selector", ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell")
         return cells[index].find_elements("css selector", ".jp-OutputArea-output")
 
-    def wait(self, predicate, timeout: float = 60.0, what: str = "the page"):
+    def wait(self, predicate, timeout: float = 60.0, what: str = "the page", cell: int | None = None):
+        """Poll ``predicate`` until it is truthy; on timeout say what ``cell`` shows instead."""
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+                shows = "" if cell is None else f"; cell {cell} shows: " + " | ".join(
+                    (o.get_property("textContent") or "")[:300] for o in self.outputs(cell))
+                raise TimeoutError(f"waited {timeout:.0f} s for {what}{shows}")
             time.sleep(0.1)
 
     def press(self, handle, img, key: str) -> float:

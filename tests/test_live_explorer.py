@@ -41,8 +41,9 @@ def problems(lab: Lab, index: int) -> list[str]:
     found = []
     for out in lab.outputs(index):
         text = out.get_property("textContent") or ""
+        # An exception or stderr renders as the stderr type; a widget the page cannot show says so in text.
         if out.get_attribute("data-mime-type") == "application/vnd.jupyter.stderr" or "Traceback" in text \
-                or "Error" in text:
+                or "Error displaying widget" in text or "Model not found" in text:
             found.append(f"cell {index} shows an error: {text[:300]}")
         found += [f"cell {index} shows {m!r} instead of a picture" for m in FIGURE_TEXT.findall(text)]
     return found
@@ -61,7 +62,7 @@ def test_explorer_draws_and_redraws_in_jupyterlab(lab, tmp_path):
     d = lab.driver
     img = lab.wait(lambda: [e for e in d.find_elements("css selector", ".jp-OutputArea-output img.widget-image")
                             if e.get_property("complete") and e.get_property("naturalWidth") > 600],
-                   what="the explorer's timeline picture")[0]
+                   what="the explorer's timeline picture", cell=0)[0]
     before = (img.get_attribute("src"), bubble_fraction(d))
     assert before[1] == "0.2727"  # 1F1B, pp = 4, M = 8: 3 / 11
     sliders = {e.find_element("css selector", "label").get_property("textContent"): e
@@ -85,5 +86,5 @@ def test_a_lab_given_cells_show_pictures_and_no_errors(lab):
     lab.run(given)
     for i in figures:
         lab.wait(lambda i=i: [e for e in lab.outputs(i) if e.find_elements("css selector", "img")],
-                 30, f"a picture in cell {i}")
+                 30, f"a picture in cell {i}", cell=i)
     assert [p for i in given for p in problems(lab, i)] == []
