@@ -76,7 +76,7 @@ def test_explorer_draws_and_redraws_in_jupyterlab(lab, tmp_path):
     assert not problems(lab, 0)
 
 
-def test_a_lab_given_cells_show_pictures_and_no_errors(lab):
+def test_a_lab_given_cells_show_pictures_and_no_errors(lab, tmp_path):
     nb = nbformat.read(ROOT / "labs" / LAB, as_version=4)
     given = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not c.metadata.get("nbgrader", {})
              .get("solution") and not c.metadata.get("nbgrader", {}).get("grade") and "torchrun(" not in c.source]
@@ -87,4 +87,6 @@ def test_a_lab_given_cells_show_pictures_and_no_errors(lab):
     for i in figures:
         lab.wait(lambda i=i: [e for e in lab.outputs(i) if e.find_elements("css selector", "img")],
                  30, f"a picture in cell {i}", cell=i)
+    lab.driver.execute_script("arguments[0].scrollIntoView()", lab.outputs(figures[-1])[0])
+    lab.driver.save_screenshot(str(tmp_path / "lab.png"))  # to look at when it fails
     assert [p for i in given for p in problems(lab, i)] == []
