@@ -54,28 +54,26 @@ def python_side() -> float:
 
 def browser_side() -> float | None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from jupyterlab_browser import Lab, chromium, jupyterlab, missing
-    if missing():
-        print(f"browser: skipped, {missing()}")
-        return None
-    import nbformat
+    from headless_chromium import ChromiumUnavailable, chromium_driver
+    from jupyterlab_browser import Lab, jupyterlab, write_notebook
 
+    try:
+        driver = chromium_driver()
+    except ChromiumUnavailable as exc:
+        print(f"browser: skipped, {exc}")
+        return None
     root = Path(tempfile.mkdtemp(prefix="bench-explorer-"))
-    code = "from pipeline_kit.viz import explorer\nexplorer(pp=8, microbatches=32)"
-    meta = {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}}
-    nbformat.write(nbformat.v4.new_notebook(metadata=meta, cells=[nbformat.v4.new_code_cell(code)]),
-                   root / "explorer.ipynb")
-    with jupyterlab(root) as (base, token), chromium() as driver:
-        lab = Lab(driver, base, token)
-        lab.open("explorer.ipynb")
-        lab.run([0])
-        img = lab.wait(lambda: [e for e in driver.find_elements("css selector", "img.widget-image")
-                                if e.get_property("naturalWidth")], what="the explorer's picture")[0]
-        slider = [e for e in driver.find_elements("css selector", ".widget-slider")
-                  if e.find_element("css selector", "label").get_property("textContent") == "B / F"][0]
-        handle = slider.find_element("css selector", ".noUi-handle")
-        lab.press(handle, img, "ArrowRight")  # warm-up: the first redraw pays for lazy imports
-        times = [lab.press(handle, img, "ArrowLeft" if i % 2 else "ArrowRight") for i in range(PRESSES)]
+    write_notebook(root / "explorer.ipynb", "from pipeline_kit.viz import explorer\nexplorer(pp=8, microbatches=32)")
+    try:
+        with jupyterlab(root) as (base, token):
+            lab = Lab(driver, base, token)
+            lab.open("explorer.ipynb")
+            lab.run([0])
+            img, handle = lab.widget_image(0), lab.slider_handle("B / F")
+            lab.press(handle, img, "ArrowRight")  # warm-up: the first redraw pays for lazy imports
+            times = [lab.press(handle, img, "ArrowLeft" if i % 2 else "ArrowRight") for i in range(PRESSES)]
+    finally:
+        driver.quit()
     med = statistics.median(times)
     print(f"browser: 1f1b pp=8 M=32, key press on a slider -> new picture painted, {PRESSES} presses: "
           f"median {med:.0f} ms, min {min(times):.0f} ms, max {max(times):.0f} ms "

@@ -3,7 +3,8 @@
 A server on 127.0.0.1 (a free port, a fresh token, a temporary root, fresh settings) whose kernels
 import this checkout (``PYTHONPATH``), and a Chromium that opens notebooks there, runs cells through
 JupyterLab's own commands (what Run > Run Selected Cell does), reads what the output areas show and
-presses keys on widgets.  Used by ``tests/test_live_explorer.py`` and ``benchmarks/bench_explorer.py``.
+presses keys on widgets.  Used by ``tests/test_live_explorer.py`` and ``benchmarks/bench_explorer.py``;
+the browser itself comes from ``headless_chromium.chromium_driver``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,19 +21,14 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from runtime_helpers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1400,1000"]
 # Fresh user settings: no "fetch news?" toast over the notebook, no update check (there is no network),
 # and every cell kept in the page (no windowing), so what a cell shows can be read wherever it is.
 SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings":
             {"fetchNews": "false", "checkForUpdates": False},
             "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"}}
-
-
 # Server extensions the checks never touch, off: nbgrader's four and the language server take seconds to load.
 SERVER_CONFIG = {"ServerApp": {"jpserver_extensions": {
     "jupyter_lsp": False, "nbgrader.server_extensions.formgrader": False,
@@ -41,31 +36,18 @@ SERVER_CONFIG = {"ServerApp": {"jpserver_extensions": {
     "nbgrader.server_extensions.validate_assignment": False}}}
 
 
-def missing() -> str | None:
-    """Why the browser checks cannot run here, in one line; None when they can."""
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed"
-    if not CHROMIUM or not CHROMEDRIVER:
-        return "Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError:
-        return "jupyterlab is not installed"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def write_notebook(path: Path, *sources: str) -> None:
+    """A notebook of code cells for the default Python kernel (without a kernelspec Lab would ask for one)."""
+    import nbformat
+    meta = {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}}
+    nbformat.write(nbformat.v4.new_notebook(metadata=meta, cells=[nbformat.v4.new_code_cell(c) for c in sources]),
+                   path)
 
 
 @contextmanager
 def jupyterlab(root: Path, timeout: float = 90.0):
     """Run ``jupyter lab`` serving ``root``; yield ``(base_url, token)``."""
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     state = Path(tempfile.mkdtemp(prefix="pk-jlab-"))
     for rel, value in SETTINGS.items():
         (state / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -107,26 +89,6 @@ def jupyterlab(root: Path, timeout: float = 90.0):
             proc.wait()
         log.close()
         shutil.rmtree(state, ignore_errors=True)
-
-
-@contextmanager
-def chromium():
-    """A headless Chromium with a fresh profile, driven by Debian's chromedriver (nothing downloaded)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="pk-chromium-")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={profile}"]:
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
-    driver.set_script_timeout(120)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 # JavaScript run in the page; `window.jupyterapp` is there because of --LabApp.expose_app_in_browser.
@@ -177,6 +139,8 @@ class Lab:
 
     def __init__(self, driver, base: str, token: str):
         self.driver, self.base, self.token = driver, base, token
+        driver.set_window_size(1400, 1000)  # the explorer's two rows of controls side by side
+        driver.set_script_timeout(120)
         driver.get(f"{base}/lab?token={token}")
 
     def open(self, path: str) -> int:
@@ -209,6 +173,20 @@ class Lab:
                     (o.get_property("textContent") or "")[:300] for o in self.outputs(cell))
                 raise TimeoutError(f"waited {timeout:.0f} s for {what}{shows}")
             time.sleep(0.1)
+
+    def widget_image(self, cell: int, min_width: int = 600):
+        """The ``ipywidgets.Image`` in cell ``cell`` once it holds a picture at least ``min_width`` wide."""
+        def ready():
+            return [e for e in self.driver.find_elements("css selector", ".jp-OutputArea-output img.widget-image")
+                    if e.get_property("complete") and e.get_property("naturalWidth") >= min_width]
+        return self.wait(ready, what="the widget's picture", cell=cell)[0]
+
+    def slider_handle(self, label: str):
+        """The draggable handle of the slider widget labelled ``label`` (it takes arrow keys)."""
+        for slider in self.driver.find_elements("css selector", ".jp-OutputArea-output .widget-slider"):
+            if slider.find_element("css selector", "label").get_property("textContent") == label:
+                return slider.find_element("css selector", ".noUi-handle")
+        raise LookupError(f"no slider labelled {label!r}")
 
     def press(self, handle, img, key: str) -> float:
         """Press ``key`` on a slider ``handle``; the ms until ``img`` shows its new picture."""

@@ -12,28 +12,31 @@ import shutil
 from pathlib import Path
 
 import pytest
+import nbformat
 from figure_outputs import FIGURE_TEXT
-from jupyterlab_browser import Lab, chromium, jupyterlab, missing
+from headless_chromium import ChromiumUnavailable, chromium_driver
+from jupyterlab_browser import Lab, jupyterlab, write_notebook
 
-if missing():
-    pytest.skip(missing(), allow_module_level=True)
-
-import nbformat  # noqa: E402
+pytest.importorskip("jupyterlab")
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}}
 LAB = "lab08_interleaved.ipynb"
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("jupyterlab")
-    code = "from pipeline_kit.viz import explorer\nexplorer()"
-    nbformat.write(nbformat.v4.new_notebook(metadata=KERNEL, cells=[nbformat.v4.new_code_cell(code)]),
-                   root / "explorer.ipynb")
+    write_notebook(root / "explorer.ipynb", "from pipeline_kit.viz import explorer\nexplorer()")
     shutil.copy(ROOT / "labs" / LAB, root / LAB)
-    with jupyterlab(root) as (base, token), chromium() as driver:
-        yield Lab(driver, base, token)
+    try:
+        driver = chromium_driver()
+    except ChromiumUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        with jupyterlab(root) as (base, token):
+            yield Lab(driver, base, token)
+    finally:
+        driver.quit()
 
 
 def problems(lab: Lab, index: int) -> list[str]:
@@ -60,14 +63,10 @@ def test_explorer_draws_and_redraws_in_jupyterlab(lab, tmp_path):
     lab.open("explorer.ipynb")
     lab.run([0])
     d = lab.driver
-    img = lab.wait(lambda: [e for e in d.find_elements("css selector", ".jp-OutputArea-output img.widget-image")
-                            if e.get_property("complete") and e.get_property("naturalWidth") > 600],
-                   what="the explorer's timeline picture", cell=0)[0]
+    img = lab.widget_image(0)
     before = (img.get_attribute("src"), bubble_fraction(d))
     assert before[1] == "0.2727"  # 1F1B, pp = 4, M = 8: 3 / 11
-    sliders = {e.find_element("css selector", "label").get_property("textContent"): e
-               for e in d.find_elements("css selector", ".jp-OutputArea-output .widget-slider")}
-    handle = sliders["microbatches"].find_element("css selector", ".noUi-handle")
+    handle = lab.slider_handle("microbatches")
     lab.press(handle, img, "ArrowRight")  # M = 9
     lab.wait(lambda: bubble_fraction(d) != before[1], 30, "the bubble fraction to follow the slider")
     assert img.get_attribute("src") != before[0] and img.get_property("naturalWidth") > 600
