@@ -59,7 +59,8 @@ def int_at_most(limit_name: str, unit: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = positive_int(text)
         if value > limit:
-            raise argparse.ArgumentTypeError(f"{shown(text)} is more than the limit of {limit:,}{' ' + unit if unit else ''} "
+            unit_text = f" {unit}" if unit else ""
+            raise argparse.ArgumentTypeError(f"{shown(text)} is more than the limit of {limit:,}{unit_text} "
                                              f"({limit_name})")
         return value
 

@@ -24,10 +24,11 @@ MAX_MODEL_DIM = 2**31 - 1  # any other model size: hidden, vocab, sequence lengt
 MAX_RUN_MEMORY_BYTES = 32 * 2**30  # pipeline_kit.run's estimate for the whole job: fp32 weights, grads and the
 #                                    reference copy, plus every microbatch's activations on every layer
 MAX_STEPS = 100_000  # training steps of one run
+MAX_SEED = 2**63 - 1  # a random seed (the largest torch takes)
 MAX_REPEAT = 100_000  # one repeat count in a layout string (t*n, (...)*n)
 MAX_LAYOUT_SYMBOLS = 200_000  # symbols of a layout string once its repeats are expanded
 MAX_LAYOUT_NESTING = 32  # parentheses inside parentheses in a layout string
-MAX_FILE_BYTES = 32 * 2**20  # any file the kit reads (schedules, timelines, configs, traces); also text given to parsers
+MAX_FILE_BYTES = 32 * 2**20  # any file the kit reads (schedules, timelines, configs, traces), or text given to parsers
 MAX_JSON_DEPTH = 32  # nesting of arrays and objects in a JSON file
 MAX_NUMBER = 1e15  # magnitude of a time, cost, byte count or factor; positive ones are at least 1 / MAX_NUMBER
 MAX_SLOTS = 1000  # slots one op takes in a hand-drawn timeline (--fwd-slots, --bwd-slots)

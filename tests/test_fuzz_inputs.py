@@ -128,7 +128,8 @@ def test_fuzz_command_line_argv(args):
 
 OP_TOKENS = st.one_of(
     st.builds(lambda k, m, c: f"{k}{m}{c}", st.sampled_from("FBIWXf"), st.sampled_from(
-        ["0", "1", "2", "3", "999999", "1000000000000", "9" * 5000]), st.sampled_from(["", "c0", "c1", "c2", "c999", "c"])),
+        ["0", "1", "2", "3", "999999", "1000000000000", "9" * 5000]),
+        st.sampled_from(["", "c0", "c1", "c2", "c999", "c"])),
     st.sampled_from([".", "-", "F", "", "#", "r0:"]), st.text(max_size=4))
 RANK_LINE = st.builds(lambda r, ops: f"r{r}: " + " ".join(ops), st.integers(0, 4) | st.sampled_from(
     [1023, 1024, 99999999, 10**40]), st.lists(OP_TOKENS, max_size=12))

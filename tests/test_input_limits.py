@@ -166,7 +166,7 @@ def test_text_parsing_is_linear_and_bounded():
     assert Schedule.from_text("# " + "ab " * 300_000 + "\nr0: F0 B0\n").pp == 1
     assert Schedule.from_text("#" + "a" * 1_000_000 + "\nr0: F0 B0\n").pp == 1
     assert time.monotonic() - t0 < 5
-    with pytest.raises(ScheduleTextError, match="header: microbatches='1000000000000' is not a positive integer of at most 9 digits"):
+    with pytest.raises(ScheduleTextError, match="header: microbatches='1000000000000' is not a positive integer"):
         Schedule.from_text("# pp=1 microbatches=1000000000000\nr0: F0 B0\n")
     with pytest.raises(ScheduleTextError, match=r"header: pp x chunks x microbatches = 3,999,996 is more .*MAX_OPS"):
         Schedule.from_text("# pp=4 microbatches=999999\nr0: F0\nr1: F0\nr2: F0\nr3: F0\n")

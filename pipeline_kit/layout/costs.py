@@ -30,7 +30,12 @@ from .spec import Layout, LayoutError, StageSpec
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Model and batch shape: enough to count every stage's parameters, FLOPs and bytes."""
+    """Model and batch shape: enough to count every stage's parameters, FLOPs and bytes.
+
+    The one model description of the kit: the runtime builds its GPT from it too
+    (:mod:`pipeline_kit.runtime.model`, where ``GPTConfig`` makes one with the runtime's defaults).
+    ``seed`` only matters there: it fixes the initial weights and the synthetic data.
+    """
 
     vocab: int = 256
     seq_len: int = 32
@@ -41,6 +46,7 @@ class ModelSpec:
     tie_embeddings: bool = False
     micro_batch_size: int = 2
     dtype_bytes: int = 2
+    seed: int = 1234
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +73,7 @@ MODEL_JSON = {
     "tie_embeddings": Field(boolean, default=ModelSpec.tie_embeddings),
     "micro_batch_size": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.micro_batch_size),
     "dtype_bytes": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.dtype_bytes),
+    "seed": Field(integer(0, "MAX_SEED"), default=ModelSpec.seed),
 }
 
 
@@ -173,6 +180,6 @@ def format_table(costs: list[StageCost], m: ModelSpec, microbatches: int, layout
     lines.append(f"params max/min = {max(params):,} / {min(params):,} = {max(params) / min(params):.2f}x; "
                  f"forward FLOPs max/min = {max(flops) / min(flops):.2f}x")
     lines.append(f"P2P: {vol['per_transfer']:,} bytes per transfer (s*b*h*{m.dtype_bytes}); with {microbatches} "
-                 f"microbatches and {vol['boundaries']} boundaries: {vol['per_direction_per_step'] / 2**20:.2f} MiB per "
-                 f"direction per step, {vol['total_per_step'] / 2**20:.2f} MiB in total")
+                 f"microbatches and {vol['boundaries']} boundaries: {vol['per_direction_per_step'] / 2**20:.2f} MiB "
+                 f"per direction per step, {vol['total_per_step'] / 2**20:.2f} MiB in total")
     return "\n".join(lines)

@@ -203,7 +203,8 @@ class Schedule:
         timeline grid is also a schedule).  An optional header ``# schedule=NAME pp=P
         microbatches=M chunks=V`` (with ``placement=v`` for a V-shaped placement) fixes the sizes;
         without it they are inferred (pp from the rank rows, microbatches and chunks from the
-        largest numbers used).  Other ``#`` lines and blank lines are ignored.  Errors name the line and the offending token.
+        largest numbers used).  Other ``#`` lines and blank lines are ignored.  Errors name the line and
+        the offending token.
         """
         try:
             check_text_size(text, "schedule text")
@@ -244,7 +245,8 @@ class Schedule:
                     raise ScheduleTextError(f"line {lineno}, item {col}: {exc}") from None
                 count += 1
                 if count > MAX_OPS:
-                    raise ScheduleTextError(f"line {lineno}: the schedule has more than the limit of {MAX_OPS:,} ops (MAX_OPS)")
+                    raise ScheduleTextError(f"line {lineno}: the schedule has more than the limit of {MAX_OPS:,} ops "
+                                            f"(MAX_OPS)")
             rows[rank] = ops
         if not rows:
             raise ScheduleTextError("no rank lines found: expected lines like 'r0: F0 F1 B0 B1'")
