@@ -109,13 +109,13 @@ def test_nccl_on_a_cpu_machine_is_one_line():
         "found; use --backend gloo or leave it out"], result.err
 
 
-@pytest.mark.parametrize("stubborn", [False, True])
-def test_launch_timeout_leaves_no_worker_behind(monkeypatch, stubborn):
-    """Workers run in sessions of their own, so killing torchrun alone orphans them; a stubborn worker
-    (SIGTERM ignored) is killed once the grace period is over."""
+def test_launch_timeout_leaves_no_worker_behind(monkeypatch):
+    """Workers run in sessions of their own, so killing torchrun alone orphans them; even a stubborn
+    worker (SIGTERM ignored) is killed once the grace period is over.  (Workers that obey SIGTERM go
+    the same way in the next test.)"""
     monkeypatch.setattr(launch, "GRACE_S", 3.0)
     marker = f"pk-{uuid.uuid4().hex[:12]}"
-    args = [marker] + (["--ignore-sigterm"] if stubborn else [])
+    args = [marker, "--ignore-sigterm"]
     t0 = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired) as info:
         launch.torchrun(2, *args, module="tests.sleeper", timeout=10)
