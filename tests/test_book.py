@@ -1,13 +1,12 @@
 """The book builds offline with warnings as errors, and its built HTML holds together.
 
-One build (every chapter executed by pipeline_kit, as a reader's build would) feeds every check:
-each page of the table of contents exists, every internal link and image resolves, and each of
-M041-M054 has its anchor.
+One build (every chapter executed by pipeline_kit, as a reader's build would; the session fixture
+``book_html`` in conftest.py, shared with test_book_browser.py) feeds every check: each page of the
+table of contents exists, every internal link and image resolves, and each of M041-M054 has its
+anchor.
 """
 
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -20,14 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 
 
-@pytest.fixture(scope="module")
-def html(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("book")
-    exe = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(exe), "build", str(BOOK), "--path-output", str(out), "-W", "-n", "--keep-going"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    return out / "_build" / "html"
+@pytest.fixture
+def html(book_html) -> Path:
+    return book_html
 
 
 def toc_files() -> list[str]:
