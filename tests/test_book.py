@@ -1,9 +1,8 @@
 """The book builds offline with warnings as errors, and its built HTML holds together.
 
-One build (every chapter executed by pipeline_kit, as a reader's build would; the session fixture
-``book_html`` in conftest.py, shared with test_book_browser.py) feeds every check: each page of the
-table of contents exists, every internal link and image resolves, and each of M041-M054 has its
-anchor.
+One build (every chapter executed by pipeline_kit, as a reader's build would) feeds every check:
+each page of the table of contents exists, every internal link and image resolves, and each of
+M041-M054 has its anchor.
 """
 
 import re
@@ -19,9 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def html(book_html) -> Path:
-    return book_html
+    return book_html  # built once per session (tests/conftest.py), shared with test_static_explorer.py
 
 
 def toc_files() -> list[str]:

@@ -9,20 +9,15 @@ resolves to a notebook.
 """
 
 import json
-import shutil
 import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
 
-yaml = pytest.importorskip("yaml")
+from headless_chromium import ChromiumUnavailable, chromium_driver
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                                reason="chromium and chromedriver are not installed (apt-get install chromium "
-                                       "chromium-driver)")
+yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH = 1280
@@ -75,17 +70,12 @@ def toc_pages() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}", f"--window-size={WIDTH},1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+def browser():
+    try:
+        driver = chromium_driver()
+    except ChromiumUnavailable as exc:
+        pytest.skip(str(exc))
+    driver.set_window_size(WIDTH, 1000)
     driver.set_script_timeout(60)
     driver.set_page_load_timeout(120)
     yield driver
