@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WIDTH = 1280
 
 # Everything the checks need from one page, gathered in the page itself after MathJax has typeset.
-PAGE_FACTS = """
+PAGE_FACTS = r"""
 const column = document.querySelector('article.bd-article');
 const style = getComputedStyle(column);
 const columnWidth = column.getBoundingClientRect().width - parseFloat(style.paddingLeft)
@@ -48,9 +48,18 @@ for (const head of document.querySelectorAll('h2, h3, h4, p')) {
     exercises.push({text: item.textContent.trim().slice(0, 60), folds: folds});
   }
 }
+const fits = p => {  // how many characters of this pre's monospace font its visible width holds
+  const probe = document.createElement('span');
+  probe.textContent = 'x'.repeat(100);
+  p.appendChild(probe);
+  const ch = probe.getBoundingClientRect().width / 100;
+  probe.remove();
+  const st = getComputedStyle(p);
+  return Math.floor((p.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight)) / ch);
+};
 const cutOff = [...document.querySelectorAll('div.cell_output pre, div.output pre')]
   .filter(p => p.scrollWidth > p.clientWidth + 1)
-  .map(p => p.textContent.split('\n').filter(line => line.length > 70 && !/^r\d+:/.test(line)))
+  .map(p => { const n = fits(p); return p.textContent.split('\n').filter(l => l.length > n && !/^r\d+:/.test(l)); })
   .filter(lines => lines.length).map(lines => lines[0].slice(0, 90));
 return JSON.stringify({columnWidth, equations, images, tracebacks, exercises, cutOff});
 """
