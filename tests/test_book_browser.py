@@ -2,8 +2,8 @@
 
 It reuses the session's one book build (``book_html`` in conftest.py) and opens every page of the
 table of contents from ``file://``, as a reader who downloaded the site would. On each page it
-checks what a reader relies on: every display equation fits its column, no printed output is cut
-off (schedule grids may scroll), every image loaded, no cell shows a traceback, and every "Try it"
+checks what a reader relies on: every display equation and every table fits its column, no printed
+output is cut off (schedule grids may scroll), every image loaded, no cell shows a traceback, and every "Try it"
 exercise has a folded hint and a folded answer that open. On the labs page every notebook link
 resolves to a notebook.
 """
@@ -61,7 +61,10 @@ const cutOff = [...document.querySelectorAll('div.cell_output pre, div.output pr
   .filter(p => p.scrollWidth > p.clientWidth + 1)
   .map(p => { const n = fits(p); return p.textContent.split('\n').filter(l => l.length > n && !/^r\d+:/.test(l)); })
   .filter(lines => lines.length).map(lines => lines[0].slice(0, 90));
-return JSON.stringify({columnWidth, equations, images, tracebacks, exercises, cutOff});
+const wideTables = [...column.querySelectorAll('table')]
+  .filter(t => t.getBoundingClientRect().width > columnWidth + 1)
+  .map(t => Math.round(t.getBoundingClientRect().width) + ' px: ' + t.textContent.trim().slice(0, 60));
+return JSON.stringify({columnWidth, equations, images, tracebacks, exercises, cutOff, wideTables});
 """
 
 WAIT_FOR_MATHJAX = """
@@ -128,6 +131,11 @@ def test_no_printed_output_is_cut_off(pages):
     """Printed output fits the column; only schedule grids (lines "r0: F0 F1 ...") may scroll sideways."""
     cut = [f"{page}: {line!r}" for page, f in pages.items() for line in f["cutOff"]]
     assert not cut, "printed lines wider than the column (use an HTML table or wrap them):\n" + "\n".join(cut)
+
+
+def test_no_table_is_wider_than_its_column(pages):
+    wide = [f"{page}: {t}" for page, f in pages.items() for t in f["wideTables"]]
+    assert not wide, "tables wider than the text column:\n" + "\n".join(wide)
 
 
 def test_every_image_loaded(pages):

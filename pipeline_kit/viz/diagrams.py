@@ -56,7 +56,7 @@ class HTMLTable:
         head = "".join(self._cell(h, "th") for h in self.header)
         body = "".join("<tr>" + "".join(self._cell(c, "td") for c in row) + "</tr>" for row in self.rows)
         cap = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
-        return f'<table class="table">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        return f'<table class="table pk-table">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
     __str__ = _repr_html_
 
