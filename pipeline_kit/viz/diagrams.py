@@ -314,7 +314,8 @@ def p2p_sequence(scenarios: dict[str, list], width: float = COLUMN_IN) -> Figure
                 label = "\n".join(f"{k} {nm}{'<-' if k == 'recv' else '->'}{p}" for k, p, nm in parts)
                 color = "#C00000" if blocked else ("#AAAAAA" if faint else "#222222")
                 side = -1 if r == 0 else 1  # labels outside the lifelines: rank 0 to the left, the others right
-                text = ("BLOCKED " if blocked and side < 0 else "") + label + (" BLOCKED" if blocked and side > 0 else "")
+                mark = "BLOCKED" if blocked else ""
+                text = f"{mark} {label}".strip() if side < 0 else f"{label} {mark}".strip()
                 ax.text(xs[r] + 0.12 * side, y, text, ha="right" if side < 0 else "left", va="center", fontsize=6.5,
                         color=color, family="monospace", gid=f"call:{r}:{i}")
                 ax.plot([xs[r]], [y], marker="o", ms=3.5, color=color, zorder=3)
