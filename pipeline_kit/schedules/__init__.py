@@ -1,22 +1,26 @@
 """Schedules: the per-rank op orders, their generators and their validator.  Imports no torch."""
 
+from .families import CHUNKED, FAMILIES, SCHEDULES, Family, build_schedule
 from .generators import (
-    SCHEDULES,
     ScheduleConfigError,
-    build_schedule,
     gpipe,
     interleaved,
     interleaved_table,
     interleaved_warmup,
     no_pipelining,
     one_f_one_b,
+    one_f_one_b_phases,
     zb_h1,
 )
+from .multi_stage import dualpipev, interleaved_zero_bubble, looped_bfs, zbv
 from .ops import KINDS, Op, OpParseError, Schedule, ScheduleTextError, stage_owner, virtual_stage
 from .select import ScheduleFunction, select_schedule
 from .validate import ScheduleError, check_ops, dataflow, decode_key, is_valid, validate
 
 __all__ = [
+    "CHUNKED",
+    "FAMILIES",
+    "Family",
     "KINDS",
     "SCHEDULES",
     "Op",
@@ -30,16 +34,21 @@ __all__ = [
     "check_ops",
     "dataflow",
     "decode_key",
+    "dualpipev",
     "gpipe",
     "interleaved",
     "interleaved_table",
     "interleaved_warmup",
+    "interleaved_zero_bubble",
     "is_valid",
+    "looped_bfs",
     "no_pipelining",
     "one_f_one_b",
+    "one_f_one_b_phases",
     "select_schedule",
     "stage_owner",
     "validate",
     "virtual_stage",
     "zb_h1",
+    "zbv",
 ]
