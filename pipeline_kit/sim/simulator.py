@@ -97,6 +97,8 @@ class SimResult:
                 for r in range(s.pp)
             ],
         }
+        if s.placement != "looped":  # as in Schedule.to_dict: present only for a V placement
+            out["placement"] = s.placement
         if timeline:
             out["timeline"] = [
                 {"rank": e.rank, "op": s.op_text(e.op), "kind": e.op.kind, "microbatch": e.op.microbatch,
