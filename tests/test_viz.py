@@ -48,7 +48,8 @@ def labels_of(ax):
     return sorted(out)
 
 
-@pytest.mark.parametrize("name,v", [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("zb-h1", None)])
+@pytest.mark.parametrize("name,v", [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("zb-h1", None),
+                                    ("looped-bfs", 2), ("interleaved-zb", 2), ("zbv", None), ("dualpipev", None)])
 def test_one_box_per_op_with_its_kind_colour_and_microbatch_label(name, v):
     tl = sim_timeline(name, 4, 8, v)
     ax = draw_timeline(tl)
@@ -65,7 +66,9 @@ def test_one_box_per_op_with_its_kind_colour_and_microbatch_label(name, v):
         else:
             assert sum(patch.get_facecolor()[:3]) > sum(to_rgb(KIND_COLORS[kind]))
     assert labels_of(ax) == sorted(op.microbatch for ops in sched.ranks for op in ops)
-    assert sorted(t.get_text() for t in ax.get_yticklabels()) == [f"rank {r}" for r in range(4)]
+    expected = [f"rank {r}" + (f"\nstages {', '.join(map(str, sorted(sched.stages_of(r))))}" if sched.chunks > 1 else "")
+                for r in range(4)]
+    assert sorted(t.get_text() for t in ax.get_yticklabels()) == expected
     assert ax.get_xlabel() == "time units"
     assert ax.get_xlim()[1] >= tl.makespan
 
@@ -199,11 +202,11 @@ def run_cli(*args):
 
 def test_draw_command_png_svg_perfetto(tmp_path):
     png, svg, pf = tmp_path / "t.png", tmp_path / "t.svg", tmp_path / "t.json"
-    proc = run_cli("draw", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8", "-o", str(png), "--perfetto",
-                   str(pf), "--phases", "--first-backward")
+    proc = run_cli("draw", "--schedule", "zbv", "--pp", "4", "--microbatches", "8", "-o", str(png), "--perfetto",
+                   str(pf), "--phases", "--first-backward", "--arrows")
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert len([e for e in json.loads(pf.read_text())["traceEvents"] if e["ph"] == "X"]) == 64
+    assert len([e for e in json.loads(pf.read_text())["traceEvents"] if e["ph"] == "X"]) == 4 * 8 * 2 * 3  # F, I, W
     trace = tmp_path / "run.json"
     res = simulate(build_schedule("gpipe", 2, 2), fwd=0.001, bwd=0.002)
     trace.write_text(json.dumps({**res.to_dict(), "waits": []}))
@@ -235,3 +238,11 @@ def test_simulation_from_a_trace_reproduces_it_on_one_time_axis():
 def test_draw_bad_input_one_line(args, message):
     proc = run_cli(*args)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+def test_v_placement_is_labelled_on_the_rows_legend_and_title():
+    ax = draw_timeline(sim_timeline("zbv", 4, 8))
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "rank 0\nstages 0, 7", "rank 1\nstages 1, 6", "rank 2\nstages 2, 5", "rank 3\nstages 3, 4"]
+    assert "lighter: chunk 1 = stage 7-rank (V)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_title() == "zbv, pp=4, M=8, v=2, V placement"

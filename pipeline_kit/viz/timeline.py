@@ -42,6 +42,7 @@ class Timeline:
     waits: list[dict] = field(default_factory=list)  # rank, start, end (measured runs)
     title: str = ""
     unit: str = "time"
+    placement: str = "looped"  # "v": chunk 0 of rank r is stage r, chunk 1 is stage 2 pp - 1 - r
 
     @classmethod
     def from_sim(cls, result: SimResult, title: str | None = None, unit: str = "time units") -> Timeline:
@@ -49,7 +50,8 @@ class Timeline:
         s = result.schedule
         return cls(s.pp, s.chunks, d["timeline"], d["transfers"], [],
                    title if title is not None else f"{s.name}, pp={s.pp}, M={s.microbatches}"
-                   + (f", v={s.chunks}" if s.chunks > 1 else ""), unit)
+                   + (f", v={s.chunks}" if s.chunks > 1 else "") + (", V placement" if s.placement == "v" else ""),
+                   unit, s.placement)
 
     @classmethod
     def from_trace(cls, trace: dict, title: str | None = None) -> Timeline:
@@ -72,11 +74,15 @@ class Timeline:
         name = trace.get("schedule", "run")
         return cls(trace["pp"], trace.get("chunks", 1), ops, [], waits,
                    title if title is not None else f"measured: {name}, pp={trace['pp']}, M={trace['microbatches']}",
-                   "ms")
+                   "ms", trace.get("placement", "looped"))
 
     @property
     def makespan(self) -> float:
         return max((o["end"] for o in self.ops), default=0.0)
+
+    def stages_of(self, rank: int) -> list[int]:
+        """The virtual stages ``rank`` ran, read from its ops (so a drawing never re-derives the placement)."""
+        return sorted({o["stage"] for o in self.ops if o["rank"] == rank})
 
     def rank_ops(self, rank: int) -> list[dict]:
         return sorted((o for o in self.ops if o["rank"] == rank), key=lambda o: o["start"])
@@ -244,7 +250,7 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
                         arrowprops={"arrowstyle": "->", "lw": 0.8}, gid="first-backward-label")
     ax.set_xlim(0, tl.makespan * 1.01 if tl.makespan else 1)
     ax.set_ylim(-0.6, tl.pp - 0.4 + (0.25 if phases else 0) + (0.45 if first_backward else 0))
-    ax.set_yticks([y_of[r] for r in range(tl.pp)], [f"rank {r}" for r in range(tl.pp)])
+    ax.set_yticks([y_of[r] for r in range(tl.pp)], [_rank_label(tl, r) for r in range(tl.pp)])
     ax.set_xlabel(tl.unit)
     if tl.title:
         ax.set_title(tl.title, fontsize=10)
@@ -255,7 +261,7 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
         handles.append(Patch(facecolor="white", edgecolor=IDLE_COLOR, hatch="////", label="idle (bubble)"))
         if tl.chunks > 1:
             handles.append(Patch(facecolor=_shade(KIND_COLORS["F"], tl.chunks - 1, tl.chunks),
-                                 label="lighter: chunk 1" if tl.chunks == 2 else f"lighter: chunks 1..{tl.chunks - 1}"))
+                                 label=_chunk_legend(tl)))
         if phases:
             handles += [Patch(facecolor=c, label=name) for name, c in PHASE_COLORS.items()]
         if tl.waits:
@@ -265,6 +271,20 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
     if tight:
         ax.figure.tight_layout()
     return ax
+
+
+def _rank_label(tl: Timeline, rank: int) -> str:
+    """``rank 0`` or, with several chunks, ``rank 0`` over the stages it holds (``stages 0, 7`` in a V)."""
+    stages = tl.stages_of(rank)
+    if tl.chunks == 1 or not stages:
+        return f"rank {rank}"
+    return f"rank {rank}\nstage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))}"
+
+
+def _chunk_legend(tl: Timeline) -> str:
+    if tl.placement == "v":
+        return f"lighter: chunk 1 = stage {2 * tl.pp - 1}-rank (V)"
+    return "lighter: chunk 1" if tl.chunks == 2 else f"lighter: chunks 1..{tl.chunks - 1}"
 
 
 def _phase_patch(a: float, b: float, y: float, name: str, rank: int):
