@@ -32,6 +32,7 @@ from .schedules import (
     ScheduleError,
     ScheduleTextError,
     build_schedule,
+    describe,
     validate,
 )
 from .sim import CostError, Costs, simulate
@@ -57,14 +58,6 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
         return build_schedule(args.schedule, args.pp, args.microbatches, args.chunks, args.forward_only, args.group)
     except ScheduleConfigError as exc:
         raise UsageError(str(exc)) from None
-
-
-def describe(sched: Schedule) -> str:
-    """``pp=4 microbatches=8 chunks=2`` and, for a V, ``placement=v (rank r holds stages r and 2pp-1-r)``."""
-    text = f"pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}"
-    if sched.placement == "v":
-        text += f" placement=v (c0 = stage r, c1 = stage {2 * sched.pp - 1}-r)"
-    return text
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:

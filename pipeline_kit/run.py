@@ -16,7 +16,7 @@ import traceback
 from dataclasses import replace
 
 from .argtypes import OneLineParser, float_list, positive_float, positive_int
-from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
+from .schedules import CHUNKED, SCHEDULES, ScheduleConfigError, build_schedule, describe, validate
 
 
 def build_parser() -> OneLineParser:
@@ -24,7 +24,8 @@ def build_parser() -> OneLineParser:
                       description="Run a pipeline schedule on real processes (pp = number of ranks).")
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b")
     p.add_argument("--microbatches", "-m", type=positive_int, default=8)
-    p.add_argument("--chunks", "-v", type=positive_int, default=None, help="model chunks per rank (interleaved)")
+    p.add_argument("--chunks", "-v", type=positive_int, default=None,
+                   help=f"model chunks per rank ({', '.join(CHUNKED)}; default 2)")
     p.add_argument("--layers", type=positive_int, default=8)
     p.add_argument("--hidden", type=positive_int, default=64)
     p.add_argument("--heads", type=positive_int, default=4)
@@ -34,7 +35,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
     p.add_argument("--layout", metavar="LAYOUT",
                    help="Megatron-style layout, e.g. 'Et*3|t*2|t*2|tL': stage k on rank k %% pp, chunk k // pp "
-                        "(default: the even split)")
+                        "(on a V -- zbv, dualpipev -- stages pp..2pp-1 run back up from rank pp-1 to rank 0; "
+                        "default: the even split)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--steps", type=positive_int, default=3)
     p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate (default 0.5)")
@@ -92,10 +94,10 @@ def main(argv=None) -> int:
         if args.chunks not in (None, v):
             return usage(f"argument --chunks: {args.chunks} disagrees with the layout's {layout.num_stages} stages on "
                          f"{world} ranks ({v} chunk(s) per rank)")
-        if v > 1 and args.schedule != "interleaved":
+        if v > 1 and args.schedule not in CHUNKED:
             return usage(f"argument --layout: {layout.num_stages} stages on {world} ranks means {v} chunks per rank, "
-                         f"which needs --schedule interleaved")
-        args.chunks = v if args.schedule == "interleaved" else None
+                         f"which needs a --schedule with chunks: {', '.join(CHUNKED)}")
+        args.chunks = v if args.schedule in CHUNKED else None
     try:
         schedule = validate(build_schedule(args.schedule, world, args.microbatches, args.chunks))
     except ScheduleConfigError as exc:
@@ -169,7 +171,7 @@ def _run(args, env, schedule, fault, layout) -> int:
     gathered = [None] * env.world
     dist.all_gather_object(gathered, stage_params)
     stage_params = [next(g[s] for g in gathered if g[s] is not None) for s in range(schedule.stages)]
-    _say(env, f"schedule {schedule.name}: pp={pp} microbatches={schedule.microbatches} chunks={v}; "
+    _say(env, f"schedule {schedule.name}: {describe(schedule)}; "
               f"parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
 
     tied_group = None
@@ -296,6 +298,7 @@ def _run(args, env, schedule, fault, layout) -> int:
         trace = {"schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
                  "source": "runtime", "makespan": max(r["end"] for r in everyone), "p2p_latency": latency,
                  "layers": cfg.layers, "layout": summary["layout"],
+                 **({"placement": schedule.placement} if schedule.placement != "looped" else {}),
                  "timeline": [e for r in everyone for e in r["events"]],
                  "waits": [w for r in everyone for w in r["waits"]]}
         with open(args.trace, "w", encoding="utf-8") as fh:

@@ -1,6 +1,6 @@
 """Schedules: the per-rank op orders, their generators and their validator.  Imports no torch."""
 
-from .families import CHUNKED, FAMILIES, SCHEDULES, Family, build_schedule
+from .families import CHUNKED, FAMILIES, SCHEDULES, Family, build_schedule, describe
 from .generators import (
     ScheduleConfigError,
     gpipe,
@@ -34,6 +34,7 @@ __all__ = [
     "check_ops",
     "dataflow",
     "decode_key",
+    "describe",
     "dualpipev",
     "gpipe",
     "interleaved",

@@ -76,3 +76,12 @@ def build_schedule(
     if name == "interleaved":
         return interleaved(pp, microbatches, chunks, forward_only, group)
     return build_multi_stage(name, pp, microbatches, chunks, forward_only)
+
+
+def describe(sched: Schedule) -> str:
+    """``pp=4 microbatches=8 chunks=2``, and for a V ``placement=v (c0 = stage r, c1 = stage 7-r)``: how the CLI
+    and the runtime name a schedule's size and placement in one line."""
+    text = f"pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}"
+    if sched.placement == "v":
+        text += f" placement=v (c0 = stage r, c1 = stage {2 * sched.pp - 1}-r)"
+    return text
