@@ -154,6 +154,7 @@ def _run(args, env, schedule, fault, layout) -> int:
     from .runtime.model import GPTConfig, build_stage, make_batch, split_layers
     from .runtime.p2p import P2P, measure_latency
     from .sim import Costs, simulate
+    from .trace import new_trace
 
     torch.set_num_threads(1)
     _say(env, env.describe())
@@ -295,12 +296,9 @@ def _run(args, env, schedule, fault, layout) -> int:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=1)
     if args.trace:
-        trace = {"schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
-                 "source": "runtime", "makespan": max(r["end"] for r in everyone), "p2p_latency": latency,
-                 "layers": cfg.layers, "layout": summary["layout"],
-                 **({"placement": schedule.placement} if schedule.placement != "looped" else {}),
-                 "timeline": [e for r in everyone for e in r["events"]],
-                 "waits": [w for r in everyone for w in r["waits"]]}
+        trace = new_trace(schedule, "runtime", max(r["end"] for r in everyone),
+                          [e for r in everyone for e in r["events"]], [w for r in everyone for w in r["waits"]],
+                          latency, cfg.layers, summary["layout"])
         with open(args.trace, "w", encoding="utf-8") as fh:
             json.dump(trace, fh)
     return 0

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..schedules import Schedule
+from ..schedules import Schedule, op_messages
+from ..trace import op_record
 from .faults import Fault, InjectedCrash
-from .p2p import P2P, Message
+from .p2p import P2P
 
 
 @dataclass
@@ -43,23 +44,12 @@ class StepRecord:
     end: float = 0.0
 
 
-def incoming(op, stage: int, last: int) -> Message | None:
-    """The message ``op`` on ``stage`` must receive before it can run, if any."""
-    kind, m, _ = op
-    if kind == "F" and stage > 0:
-        return Message("forward", m, stage - 1, stage)
-    if kind in ("B", "I") and stage < last:
-        return Message("backward", m, stage + 1, stage)
-    return None
-
-
 def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fault: Fault | None = None,
              cuda_sync: bool = False) -> StepRecord:
     """Run ``schedule.ranks[rank]`` once.  ``compute`` is a ModelCompute or SyntheticCompute."""
-    last = schedule.stages - 1
     ops = schedule.ranks[rank]
     stage_of_chunk = schedule.stages_of(rank)
-    inbox = [incoming(op, stage_of_chunk[op.chunk], last) for op in ops]
+    inbox, outbox = zip(*op_messages(schedule, rank)) if ops else ((), ())  # what each op receives, sends
     rec = StepRecord()
     live = live_bytes = 0
     t0 = time.perf_counter()
@@ -78,8 +68,8 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
                 raise InjectedCrash(f"rank {rank}: injected crash in the forward of microbatch {m} (--inject)")
             x = tokens[m] if s == 0 else received
             y = compute.forward(chunk, m, x)
-            if s < last:
-                p2p.send(y, Message("forward", m, s, s + 1))
+            if outbox[i] is not None:  # every stage but the last sends its output on
+                p2p.send(y, outbox[i])
                 compute.release_output(chunk, m)
             live += 1
             live_bytes += compute.activation_bytes(chunk, m)
@@ -90,8 +80,8 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
             dy = received  # None on the last stage, which starts from its own loss
             freed = compute.activation_bytes(chunk, m)
             dx = compute.backward(chunk, m, dy, weights=(kind == "B"))
-            if s > 0:
-                p2p.send(dx, Message("backward", m, s, s - 1))
+            if outbox[i] is not None:  # every stage but the first sends its input gradient back
+                p2p.send(dx, outbox[i])
             if kind == "B":  # the backward of (m, s) is complete: its activations are gone
                 live -= 1
                 live_bytes -= freed
@@ -104,8 +94,7 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
 
         if cuda_sync:
             torch.cuda.synchronize()
-        rec.events.append({"rank": rank, "op": schedule.op_text(op), "kind": kind, "microbatch": m, "chunk": chunk,
-                           "stage": s, "start": start, "end": time.perf_counter() - t0})
+        rec.events.append(op_record(schedule, rank, op, s, start, time.perf_counter() - t0))
 
     rec.end = rec.events[-1]["end"] if rec.events else 0.0
     return rec

@@ -11,7 +11,8 @@ directions join the same two ranks:
    group.  On NCCL, ops of one communicator run in order on one stream, so a send queued before a
    receive to the same peer could wait on a peer doing the same -- separate channels cannot.
 2. **Receive in the sender's order.**  Every rank knows the whole schedule, so it knows the exact
-   sequence of messages each neighbour will send it (:func:`message_plan`).  Receives are posted
+   sequence of messages each neighbour will send it (:func:`~pipeline_kit.schedules.messages.message_plan`,
+   the kit's one message rule).  Receives are posted
    in that order, lazily, up to the one needed now; each carries its sequence number as tag, so a
    skipped message is reported as itself, not as the one after it.
 3. **Buffers live until delivered.**  A gloo send completes only when the receiver posts the
@@ -29,46 +30,16 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from ..schedules import Schedule, stage_owner
+from ..schedules import Schedule
+from ..schedules.messages import Message, message_plan
+from ..trace import wait_record
 from .faults import Fault
 
-
-@dataclass(frozen=True)
-class Message:
-    """One tensor crossing a stage boundary: an activation going forward or a gradient going back."""
-
-    direction: str  # "forward" | "backward"
-    microbatch: int
-    src_stage: int
-    dst_stage: int
-
-    def what(self, pp: int, placement: str = "looped") -> str:
-        kind = "forward activation" if self.direction == "forward" else "backward gradient"
-        chunk = stage_owner(self.dst_stage, pp, placement)[1]
-        return f"{kind} of microbatch {self.microbatch}, chunk {chunk} (stage {self.dst_stage})"
-
-
-def message_plan(schedule: Schedule) -> dict[tuple[int, int], list[Message]]:
-    """All messages of one step, per channel ``(src rank, dst rank)``, in the order the sender sends them."""
-    last = schedule.stages - 1
-    plan: dict[tuple[int, int], list[Message]] = {}
-    for r, ops in enumerate(schedule.ranks):
-        stage_of_chunk = schedule.stages_of(r)
-        for op in ops:
-            s = stage_of_chunk[op.chunk]
-            if op.kind == "F" and s < last:
-                msg = Message("forward", op.microbatch, s, s + 1)
-            elif op.kind in "BI" and s > 0:
-                msg = Message("backward", op.microbatch, s, s - 1)
-            else:
-                continue
-            plan.setdefault((r, schedule.rank_of(msg.dst_stage)), []).append(msg)
-    return plan
+__all__ = ["P2P", "P2PTimeout", "Message", "message_plan", "measure_latency"]  # Message, message_plan: re-exported
 
 
 class P2PTimeout(RuntimeError):
@@ -125,7 +96,7 @@ class P2P:
         # Every rank creates every channel's group, in the same order (new_group is collective).
         self.groups = {ch: dist.new_group(list(ch)) for ch in sorted(self.plan) if ch[0] != ch[1]}
         self.tags = {ch: {msg: i for i, msg in enumerate(msgs)} for ch, msgs in self.plan.items()}
-        self.local: dict[Message, torch.Tensor] = {}  # src and dst stage on this rank (pp = 1)
+        self.local: dict[Message, torch.Tensor] = {}  # src and dst stage on this rank (pp = 1, a V's turn)
         self.sent: dict[int, int] = {}
         self.received: dict[int, int] = {}
         self.skipped = False
@@ -179,10 +150,9 @@ class P2P:
         started = time.perf_counter()
         self._wait(work, lambda: self._recv_desc(msg, src))
         if self._wait_log is not None:
-            self._wait_log.append({"rank": self.rank, "peer": src, "direction": msg.direction,
-                                   "microbatch": msg.microbatch, "chunk": self.schedule.chunk_of(msg.dst_stage),
-                                   "stage": msg.dst_stage, "start": started - self._t0,
-                                   "end": time.perf_counter() - self._t0})
+            self._wait_log.append(wait_record(self.rank, src, msg.direction, msg.microbatch,
+                                              self.schedule.chunk_of(msg.dst_stage), msg.dst_stage,
+                                              started - self._t0, time.perf_counter() - self._t0))
         self.received[src] = self.received.get(src, 0) + 1
         self._log(f"recv {msg.direction:<8} mb={msg.microbatch} stage {msg.src_stage}->{msg.dst_stage} from rank {src} "
                   f"shape={tuple(buf.shape)}")

@@ -12,17 +12,21 @@ from .generators import (
     one_f_one_b_phases,
     zb_h1,
 )
+from .messages import Message, message_plan, op_messages, receives, sends
 from .multi_stage import dualpipev, interleaved_zero_bubble, looped_bfs, zbv
-from .ops import KINDS, Op, OpParseError, Schedule, ScheduleTextError, stage_owner, virtual_stage
+from .ops import KINDS, PLACEMENTS, Op, OpParseError, Schedule, ScheduleTextError, stage_owner, virtual_stage
 from .select import ScheduleFunction, select_schedule
-from .validate import ScheduleError, check_ops, dataflow, decode_key, is_valid, validate
+from .validate import Dep, ScheduleError, check_ops, dataflow, is_valid, validate
 
 __all__ = [
     "CHUNKED",
     "FAMILIES",
     "Family",
     "KINDS",
+    "PLACEMENTS",
     "SCHEDULES",
+    "Dep",
+    "Message",
     "Op",
     "OpParseError",
     "Schedule",
@@ -33,7 +37,6 @@ __all__ = [
     "build_schedule",
     "check_ops",
     "dataflow",
-    "decode_key",
     "describe",
     "dualpipev",
     "gpipe",
@@ -43,10 +46,14 @@ __all__ = [
     "interleaved_zero_bubble",
     "is_valid",
     "looped_bfs",
+    "message_plan",
     "no_pipelining",
     "one_f_one_b",
     "one_f_one_b_phases",
+    "op_messages",
+    "receives",
     "select_schedule",
+    "sends",
     "stage_owner",
     "validate",
     "virtual_stage",

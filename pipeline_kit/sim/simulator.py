@@ -1,7 +1,8 @@
 """Event simulator: from a schedule and costs to a timeline, a makespan and a bubble.
 
 Every rank runs its ops in order; an op starts when its rank is free and every input has
-arrived (a cross-rank input arrives ``p2p`` time after its producer ends).  Because the order on
+arrived (a cross-rank input arrives ``p2p`` time after its producer ends; a rank that is free
+before then *waits*, and the wait is recorded as a measured run's trace records it).  Because the order on
 each rank is fixed, this is a longest-path computation over the schedule's dependency graph, done
 in one pass over :func:`~pipeline_kit.schedules.validate.dataflow` -- the very walk the
 validator makes, so a schedule simulates exactly when it validates.
@@ -9,11 +10,14 @@ validator makes, so a schedule simulates exactly when it validates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..schedules.messages import receives
 from ..schedules.ops import Op, Schedule
-from ..schedules.validate import F_KEY, G_KEY, I_KEY, check_ops, dataflow
+from ..schedules.validate import check_ops, dataflow
+from ..trace import op_record
 from .costs import Costs, StageCosts
 
 
@@ -28,7 +32,8 @@ class Event(NamedTuple):
 
 
 class Transfer(NamedTuple):
-    """One P2P message: an activation (``forward``) or an input gradient (``backward``)."""
+    """One P2P message (:mod:`~pipeline_kit.schedules.messages`) on the timeline: an activation
+    (``forward``) or an input gradient (``backward``) between two ranks."""
 
     src: int
     dst: int
@@ -38,6 +43,18 @@ class Transfer(NamedTuple):
     start: float
     end: float
     nbytes: float
+
+
+class Wait(NamedTuple):
+    """``rank`` was free at ``start`` but its op's input from ``peer`` arrived only at ``end``."""
+
+    rank: int
+    peer: int
+    direction: str
+    microbatch: int
+    stage: int  # the receiving op's stage
+    start: float
+    end: float
 
 
 @dataclass
@@ -51,6 +68,7 @@ class SimResult:
     busy: list[float]
     peak_activations: list[int]
     peak_activation_bytes: list[float]
+    waits: list[Wait] = field(default_factory=list)
     makespan: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,19 +118,19 @@ class SimResult:
         if s.placement != "looped":  # as in Schedule.to_dict: present only for a V placement
             out["placement"] = s.placement
         if timeline:
-            out["timeline"] = [
-                {"rank": e.rank, "op": s.op_text(e.op), "kind": e.op.kind, "microbatch": e.op.microbatch,
-                 "chunk": e.op.chunk, "stage": e.stage, "start": e.start, "end": e.end}
-                for e in self.events
-            ]
+            out["timeline"] = [op_record(s, e.rank, e.op, e.stage, e.start, e.end) for e in self.events]
             out["transfers"] = [t._asdict() for t in self.transfers]
         return out
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> SimResult:
+def simulate(schedule: Schedule, costs: Costs | None = None,
+             durations: Callable[[int, Op, int], float] | None = None, **cost_kwargs) -> SimResult:
     """Simulate one training (or inference) step of ``schedule``.
 
     ``costs`` is a :class:`Costs`; keyword arguments build one (``simulate(s, fwd=1, bwd=2)``).
+    ``durations(rank, op, stage)``, when given, is each op's compute time instead of the costs'
+    (which still give the P2P times); it is called once per op, in dependency order -- always the
+    same order, so a seeded random draw inside it is reproducible.
     Raises :class:`~pipeline_kit.schedules.ScheduleError` for an invalid schedule.
 
     Live activations count the microbatch-chunks a rank has forwarded and not yet finished
@@ -127,12 +145,12 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
     sc = costs.resolve(pp, schedule.chunks, schedule.placement)
     check_ops(schedule)
 
-    stages, mbs = schedule.stages, schedule.microbatches
-    sm = stages * mbs
+    stages = schedule.stages
+    last = stages - 1
     comm, nbytes, act = sc.comm, sc.nbytes, sc.activation_bytes
     duration = {"F": sc.fwd, "B": sc.bwd, "I": [b - w for b, w in zip(sc.bwd, sc.wgrad)], "W": sc.wgrad}
     keep = not schedule.forward_only
-    end = [0] * (3 * sm)  # finish time of the op that produced each dependency key
+    finish_of: list[list] = [[] for _ in range(pp)]  # finish time of every op, by rank and index in its list
     free = [0] * pp
     busy = [0] * pp
     live = [0] * pp
@@ -141,42 +159,39 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
     peak_bytes = [0] * pp
     events: list[Event] = []
     transfers: list[Transfer] = []
-    rank_of = [schedule.rank_of(s) for s in range(stages)]
+    waits: list[Wait] = []
+    # what an op of each kind on each stage receives (the message rule): its direction and boundary
+    incoming = {kind: [msg and (msg.direction, msg.boundary) for msg in (receives(kind, 0, s, last)
+                                                                         for s in range(stages))]
+                for kind in "FBI"}
+    new = tuple.__new__  # Event(...) / Transfer(...) without the NamedTuple constructor's extra call
     for r, op, s, deps in dataflow(schedule):
-        start = free[r]
-        for key in deps:
-            t = end[key]
-            kind_stage, m = divmod(key, mbs)
-            key_kind, ks = divmod(kind_stage, stages)
-            src = rank_of[ks]
-            if src != r:  # produced on another rank: it crosses a boundary
-                forward = key_kind == F_KEY
-                boundary = ks if forward else ks - 1
-                arrive = t + comm[boundary]
-                transfers.append(Transfer(src, r, m, "forward" if forward else "backward", boundary, t, arrive,
-                                          nbytes[boundary]))
-                t = arrive
-            start = max(start, t)
         kind, m, _ = op
-        dur = duration[kind][s]
+        start = free[r]
+        for _, _, _, src, _, index in deps:  # each Dep: the fact, and the rank and index of the op that made it
+            t = finish_of[src][index]
+            if src != r:  # made on another rank: it is the message this op receives
+                direction, boundary = incoming[kind][s]
+                arrive = t + comm[boundary]
+                transfers.append(new(Transfer, (src, r, m, direction, boundary, t, arrive, nbytes[boundary])))
+                t = arrive
+                if arrive > free[r]:  # the rank is ready before its input is: it waits
+                    waits.append(new(Wait, (r, src, direction, m, s, free[r], arrive)))
+            if t > start:
+                start = t
+        dur = duration[kind][s] if durations is None else durations(r, op, s)
         finish = start + dur
         free[r] = finish
         busy[r] += dur
-        events.append(Event(r, op, s, start, finish))
-        here = s * mbs + m
+        events.append(new(Event, (r, op, s, start, finish)))
+        finish_of[r].append(finish)  # each rank's ops come in its own order
         if kind == "F":
-            end[here] = finish
             if keep:
                 live[r] += 1
                 live_bytes[r] += act[s]
                 peak[r] = max(peak[r], live[r])
                 peak_bytes[r] = max(peak_bytes[r], live_bytes[r])
-        else:
-            if kind != "W":
-                end[G_KEY * sm + here] = finish
-            if kind == "I":
-                end[I_KEY * sm + here] = finish
-            else:  # B or W ends the backward of (m, s): its activations are freed
-                live[r] -= 1
-                live_bytes[r] -= act[s]
-    return SimResult(schedule, sc, events, transfers, busy, peak, peak_bytes)
+        elif kind != "I":  # B or W ends the backward of (m, s): its activations are freed
+            live[r] -= 1
+            live_bytes[r] -= act[s]
+    return SimResult(schedule, sc, events, transfers, busy, peak, peak_bytes, waits)
