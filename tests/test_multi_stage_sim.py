@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline_kit.schedules import Op, Schedule, ScheduleError, build_schedule, validate
+from pipeline_kit.schedules import SCHEDULES, Op, Schedule, ScheduleError, build_schedule, validate
 from pipeline_kit.sim import simulate
+from pipeline_kit.sim.compare import cheat_sheet
 
 
 def times(res, rank, text):
@@ -119,3 +120,19 @@ def test_simulation_json_says_v_placement_and_each_ops_stage():
     assert out["placement"] == "v"
     assert {(e["rank"], e["chunk"], e["stage"]) for e in out["timeline"]} == {(0, 0, 0), (0, 1, 3), (1, 0, 1), (1, 1, 2)}
     assert "placement" not in simulate(build_schedule("interleaved", 2, 4), fwd=2, bwd=4).to_dict()
+
+
+def test_cheat_sheet_figures():
+    """The book's table: exact bubbles (F = I = W), worst-rank memory in rank shares, messages between ranks."""
+    rows = {row.name: row for row in cheat_sheet()}
+    assert list(rows) == list(SCHEDULES)
+    for pp, m in ((4, 8), (8, 16)):
+        assert rows["1f1b"].bubble[pp, m] == pytest.approx((pp - 1) / (m + pp - 1))
+        assert rows["zbv"].bubble[pp, m] == pytest.approx((pp - 1) / (6 * m + pp - 1))  # one forward ramp
+        assert rows["1f1b"].peak_activations[pp, m] == rows["zbv"].peak_activations[pp, m] == pp
+        assert rows["dualpipev"].peak_activations[pp, m] == pp + 0.5
+        assert rows["gpipe"].peak_activations[pp, m] == rows["looped-bfs"].peak_activations[pp, m] == m
+        for name, row in rows.items():  # 2 M messages per boundary between ranks; the V's turn is not one
+            boundaries = {"looped": pp * row.chunks - 1, "v": 2 * pp - 2}[row.placement]
+            assert row.p2p_messages[pp, m] == 2 * m * boundaries, name
+    assert (rows["zbv"].placement, rows["zbv"].torch_class) == ("v", "ScheduleZBVZeroBubble")

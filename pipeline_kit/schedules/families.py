@@ -34,13 +34,13 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("gpipe", "one", "looped", "ScheduleGPipe", "nothing"),
     Family("1f1b", "one", "looped", "Schedule1F1B", "nothing"),
     Family("interleaved", "any", "looped", "ScheduleInterleaved1F1B",
-           "v >= 2 chunks; M a multiple of pp (Megatron)"),
+           "v >= 2 chunks, pp >= 2; M a multiple of pp (Megatron)"),
     Family("zb-h1", "one", "looped", None, "split backward (I, W)"),
-    Family("looped-bfs", "any", "looped", "ScheduleLoopedBFS", "v chunks"),
+    Family("looped-bfs", "any", "looped", "ScheduleLoopedBFS", "v chunks; any M"),
     Family("interleaved-zb", "any", "looped", "ScheduleInterleavedZeroBubble",
            "v chunks; split backward; max(1, M // pp) divides M"),
-    Family("zbv", "two", "v", "ScheduleZBVZeroBubble", "2 chunks in a V; split backward"),
-    Family("dualpipev", "two", "v", "ScheduleDualPipeV", "2 chunks in a V; split backward; M >= 2 pp"),
+    Family("zbv", "two", "v", "ScheduleZBVZeroBubble", "2 chunks in a V; split backward; any M"),
+    Family("dualpipev", "two", "v", "ScheduleDualPipeV", "2 chunks in a V; split backward at the edges; M >= 2 pp"),
 )}
 
 SCHEDULES: dict[str, Callable[..., Schedule]] = {
