@@ -65,7 +65,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.json:
         print(sched.to_json())
     else:
-        print(f"# {sched.name}: {describe(sched)} ({sched.num_ops} ops; column k is each rank's k-th op, not a time slot)")
+        print(f"# {sched.name}: {describe(sched)} ({sched.num_ops} ops; column k is each rank's k-th op, "
+              f"not a time slot)")
         print(sched.to_grid(), end="")
     return 0
 
@@ -120,14 +121,16 @@ def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None
     add_schedule_args(p, required)
     p.add_argument("--fwd", type=non_negative_float, default=1.0,
                    help="forward time of one microbatch through one rank's whole share (default 1.0)")
-    p.add_argument("--bwd", type=non_negative_float, default=2.0, help="full backward time, same convention (default 2.0)")
+    p.add_argument("--bwd", type=non_negative_float, default=2.0,
+                   help="full backward time, same convention (default 2.0)")
     p.add_argument("--wgrad", type=non_negative_float, default=None,
                    help="weight-grad part of bwd for split-backward schedules (zb-h1, interleaved-zb, zbv, "
                         "dualpipev); default bwd/2")
     p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
                    help="relative cost factor per rank (pp values) or per virtual stage (pp*chunks values)")
     p.add_argument("--p2p-latency", type=non_negative_float, default=0.0, help="time of each P2P transfer (default 0)")
-    p.add_argument("--p2p-bytes", type=non_negative_float, default=0.0, help="bytes per boundary transfer (needs --bandwidth)")
+    p.add_argument("--p2p-bytes", type=non_negative_float, default=0.0,
+                   help="bytes per boundary transfer (needs --bandwidth)")
     p.add_argument("--bandwidth", type=positive_float, default=None, help="P2P bandwidth in bytes per time unit")
     p.add_argument("--activation-bytes", type=non_negative_float, default=0.0,
                    help="activation bytes one microbatch keeps live on a rank's share until its backward")
@@ -182,7 +185,8 @@ def cmd_draw(args: argparse.Namespace) -> int:
     try:
         from .viz import Timeline, draw_memory, draw_timeline, to_chrome_trace
     except ImportError as exc:
-        raise UsageError(f"drawing needs matplotlib ({exc}); install the kit with pip install -r requirements.txt") from None
+        raise UsageError(f"drawing needs matplotlib ({exc}); install the kit with pip install -r requirements.txt") \
+            from None
     if args.trace:
         from .layout.measure import TraceError, load_trace
         try:
@@ -238,8 +242,8 @@ def add_check_timeline_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_check_timeline(args: argparse.Namespace) -> int:
     from .grading import check_timeline
-    report = check_timeline(read_file_arg(args.file), args.pp, args.microbatches, args.schedule, args.fwd_slots, args.bwd_slots,
-                            name=args.file)
+    report = check_timeline(read_file_arg(args.file), args.pp, args.microbatches, args.schedule, args.fwd_slots,
+                            args.bwd_slots, name=args.file)
     print(json.dumps(report.to_dict()) if args.json else report.text())
     return 0
 
@@ -299,7 +303,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"== {name}, {describe(sched)}: per-rank op order")
         print(sched.to_grid())
     print("== PP8 / M16, fwd=1, bwd=2 (split backward: I = W = 1), zero P2P latency")
-    print(f"{'schedule':<18} {'placement':<9} {'makespan':>9} {'bubble':>8} {'peak act (worst rank)':>22}  PyTorch class")
+    print(f"{'schedule':<18} {'placement':<9} {'makespan':>9} {'bubble':>8} {'peak act (worst rank)':>22}  "
+          f"PyTorch class")
     for name, chunks in DEMO_CASES:
         sched = build_schedule(name, 8, 16, chunks)
         res = simulate(sched, fwd=1, bwd=2)

@@ -65,7 +65,8 @@ def test_simulate_table_zb_h1_with_wgrad_and_stage_costs():
 @pytest.mark.parametrize("args,message", [
     (["simulate", "--pp", "0", "--microbatches", "4"], "argument --pp: expected a positive integer, got '0'"),
     (["simulate", "--pp", "4"], "the following arguments are required: --microbatches"),
-    (["schedule", "--schedule", "pipedream", "--pp", "2", "-m", "2"], "argument --schedule: invalid choice: 'pipedream'"),
+    (["schedule", "--schedule", "pipedream", "--pp", "2", "-m", "2"],
+     "argument --schedule: invalid choice: 'pipedream'"),
     (["schedule", "--schedule", "interleaved", "--pp", "4", "-m", "6"], "the last group would hold 2 < pp=4"),
     (["schedule", "--schedule", "1f1b", "--pp", "4", "-m", "8", "--chunks", "2"],
      "--chunks 2 only applies to interleaved, looped-bfs, interleaved-zb, zbv, dualpipev; 1f1b has one chunk"),
@@ -73,8 +74,10 @@ def test_simulate_table_zb_h1_with_wgrad_and_stage_costs():
      'zbv needs --chunks 2, got 3: "ZBV requires exactly 2 stages per rank, but got 3."'),
     (["simulate", "--schedule", "dualpipev", "--pp", "4", "-m", "6"],
      '"DualPipeV requires at least as many microbatches as stages, but got 6 microbatches and 8 stages."'),
-    (["simulate", "--pp", "4", "-m", "8", "--stage-costs", "1,2"], "argument --stage-costs: got 2 values, expected 4 (one per rank)"),
-    (["simulate", "--pp", "4", "-m", "8", "--stage-costs", "a,b"], "argument --stage-costs: expected comma-separated numbers"),
+    (["simulate", "--pp", "4", "-m", "8", "--stage-costs", "1,2"],
+     "argument --stage-costs: got 2 values, expected 4 (one per rank)"),
+    (["simulate", "--pp", "4", "-m", "8", "--stage-costs", "a,b"],
+     "argument --stage-costs: expected comma-separated numbers"),
     (["simulate", "--pp", "4", "-m", "8", "--fwd", "-1"], "argument --fwd: expected a non-negative number, got '-1'"),
     (["simulate", "--pp", "4", "-m", "8", "--wgrad", "5"], "wgrad on stage 0 is 5.0, larger than the whole backward"),
     (["simulate", "--pp", "4", "-m", "8", "--p2p-bytes", "10"], "p2p_bytes needs a bandwidth"),
@@ -125,7 +128,8 @@ def test_demo_runs_and_shows_every_family():
 def test_v_schedule_text_json_and_validate_round_trip(tmp_path):
     """c is the rank's local chunk: on a V, c0 is stage r and c1 stage 2pp-1-r; the files say placement=v."""
     out = run("schedule", "--schedule", "zbv", "--pp", "2", "-m", "4").stdout
-    assert out.splitlines()[0].startswith("# zbv: pp=2 microbatches=4 chunks=2 placement=v (c0 = stage r, c1 = stage 3-r)")
+    assert out.splitlines()[0].startswith(
+        "# zbv: pp=2 microbatches=4 chunks=2 placement=v (c0 = stage r, c1 = stage 3-r)")
     assert out.splitlines()[2].startswith("r1: F0c0 F0c1 F1c0 F1c1 I0c1 W0c1")
     d = json.loads(run("schedule", "--schedule", "dualpipev", "--pp", "2", "-m", "4", "--json").stdout)
     assert (d["schedule"], d["chunks"], d["placement"]) == ("dualpipev", 2, "v")

@@ -53,7 +53,8 @@ def test_interleaved_pp2_m4_v2_exact_orders():
 
 def test_interleaved_table_and_warmup_follow_megatron():
     # Megatron's own docstring example: PP2, group 3, M5, VP2
-    assert interleaved_table(5, 2, 3) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (3, 1), (4, 1)]
+    assert interleaved_table(5, 2, 3) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (3, 1),
+                                          (4, 1)]
     assert [interleaved_warmup(4, r, 8, 2, 4) for r in range(4)] == [10, 8, 6, 4]
     assert interleaved_warmup(4, 0, 4, 2, 4) == 8  # capped at M * v: all forwards first
 
@@ -191,10 +192,11 @@ def test_dualpipev_pp2_m4_pairs_a_forward_with_the_other_chunks_backward():
 @pytest.mark.parametrize("args,message", [
     (("zbv", 4, 8, 3), r"^zbv needs --chunks 2, got 3: \"ZBV requires exactly 2 stages per rank, but got 3\.\""),
     (("dualpipev", 4, 8, 1), r"^dualpipev needs --chunks 2, got 1: \"ZBV requires exactly 2 stages per rank"),
-    (("dualpipev", 4, 7, 2), r"^dualpipev needs microbatches >= 2\*pp = 8, got 7: \"DualPipeV requires at least as many "
-                             r"microbatches as stages, but got 7 microbatches and 8 stages\.\"$"),
-    (("interleaved-zb", 4, 9, 2), r"^interleaved-zb refuses microbatches=9 with pp=4: \"Zero bubble requires the number "
-                                  r"of microbatches to be a multiple of the number of rounds \(2\), but got 9\.\""),
+    (("dualpipev", 4, 7, 2), r"^dualpipev needs microbatches >= 2\*pp = 8, got 7: \"DualPipeV requires at least as "
+                             r"many microbatches as stages, but got 7 microbatches and 8 stages\.\"$"),
+    (("interleaved-zb", 4, 9, 2), r"^interleaved-zb refuses microbatches=9 with pp=4: \"Zero bubble requires the "
+                                  r"number of microbatches to be a multiple of the number of rounds \(2\), "
+                                  r"but got 9\.\""),
 ])
 def test_new_families_refuse_what_pytorch_refuses(args, message):
     with pytest.raises(ScheduleConfigError, match=message):

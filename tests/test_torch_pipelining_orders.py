@@ -1,4 +1,4 @@
-"""Cross-check: our orders equal the ones torch.distributed.pipelining's runtime executes, and we refuse what it refuses.
+"""Cross-check: our orders are what torch.distributed.pipelining's runtime executes; we refuse what it refuses.
 
 For the multi-stage schedules the order a rank executes is the compute actions of ``pipeline_order_with_comms``,
 the list ``_PipelineScheduleRuntime._step_microbatches`` walks (DualPipe-V's overlapped F+B pairs run their
@@ -51,7 +51,8 @@ def torch_executed_orders(cls, pp, m, v):
 
 
 def ours_as_torch(sched):
-    return {r: [(op.kind, op.microbatch, sched.stage_of(r, op.chunk)) for op in ops] for r, ops in enumerate(sched.ranks)}
+    return {r: [(op.kind, op.microbatch, sched.stage_of(r, op.chunk)) for op in ops]
+            for r, ops in enumerate(sched.ranks)}
 
 
 CASES = [(pp, m, v) for pp in (1, 2, 3, 4) for m in range(1, 11) for v in (1, 2, 3)] + [

@@ -66,8 +66,8 @@ def test_one_box_per_op_with_its_kind_colour_and_microbatch_label(name, v):
         else:
             assert sum(patch.get_facecolor()[:3]) > sum(to_rgb(KIND_COLORS[kind]))
     assert labels_of(ax) == sorted(op.microbatch for ops in sched.ranks for op in ops)
-    expected = [f"rank {r}" + (f"\nstages {', '.join(map(str, sorted(sched.stages_of(r))))}" if sched.chunks > 1 else "")
-                for r in range(4)]
+    expected = [f"rank {r}" + (f"\nstages {', '.join(map(str, sorted(sched.stages_of(r))))}" if sched.chunks > 1
+                               else "") for r in range(4)]
     assert sorted(t.get_text() for t in ax.get_yticklabels()) == expected
     assert ax.get_xlabel() == "time units"
     assert ax.get_xlim()[1] >= tl.makespan

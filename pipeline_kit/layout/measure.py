@@ -39,7 +39,8 @@ def predict_from_trace(trace: dict, stat: str = "mean") -> float:
 
 def format_services(services: list[StageService]) -> str:
     kinds = sorted({k for s in services for k in s.samples}, key="FBIW".index)
-    head = f"{'stage':>5} " + " ".join(f"{k + ' p50 ms':>9} {k + ' p95 ms':>9}" for k in kinds) + f" {'P2P wait ms':>12}"
+    columns = " ".join(f"{k + ' p50 ms':>9} {k + ' p95 ms':>9}" for k in kinds)
+    head = f"{'stage':>5} {columns} {'P2P wait ms':>12}"
     lines = [head]
     for s in services:
         cells = " ".join(f"{s.p50(k) * 1e3:>9.2f} {s.p95(k) * 1e3:>9.2f}" for k in kinds)

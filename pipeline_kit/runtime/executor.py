@@ -29,7 +29,6 @@ import torch
 
 from ..schedules import Schedule, op_messages
 from ..trace import op_record
-from .faults import Fault, InjectedCrash
 from .p2p import P2P
 
 
@@ -44,8 +43,7 @@ class StepRecord:
     end: float = 0.0
 
 
-def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fault: Fault | None = None,
-             cuda_sync: bool = False) -> StepRecord:
+def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, cuda_sync: bool = False) -> StepRecord:
     """Run ``schedule.ranks[rank]`` once.  ``compute`` is a ModelCompute or SyntheticCompute."""
     ops = schedule.ranks[rank]
     stage_of_chunk = schedule.stages_of(rank)
@@ -64,13 +62,11 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
             p2p.prefetch(inbox[i + 1])  # the next op's input travels while this op computes
 
         if kind == "F":
-            if fault and fault.kind == "crash" and fault.rank == rank and fault.microbatch == m:
-                raise InjectedCrash(f"rank {rank}: injected crash in the forward of microbatch {m} (--inject)")
             x = tokens[m] if s == 0 else received
             y = compute.forward(chunk, m, x)
             if outbox[i] is not None:  # every stage but the last sends its output on
                 p2p.send(y, outbox[i])
-                compute.release_output(chunk, m)
+                compute.deallocate_output_tensor(chunk, m)
             live += 1
             live_bytes += compute.activation_bytes(chunk, m)
             rec.peak_activations = max(rec.peak_activations, live)

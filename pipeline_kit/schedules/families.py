@@ -55,7 +55,8 @@ CHUNKED = [name for name, family in FAMILIES.items() if family.chunks != "one"]
 
 
 def build_schedule(
-    name: str, pp: int, microbatches: int, chunks: int | None = None, forward_only: bool = False, group: int | None = None
+    name: str, pp: int, microbatches: int, chunks: int | None = None, forward_only: bool = False,
+    group: int | None = None,
 ) -> Schedule:
     """Build a schedule by its command-line name.
 

@@ -116,7 +116,8 @@ def interleaved(
             f"(Megatron requires pipeline-model-parallel size > 1 for a virtual pipeline)"
         )
     if chunks < 2:
-        raise ScheduleConfigError(f"interleaved needs chunks (virtual stages per rank) >= 2, got {chunks}; use 1f1b for one chunk")
+        raise ScheduleConfigError(f"interleaved needs chunks (virtual stages per rank) >= 2, got {chunks}; "
+                                  "use 1f1b for one chunk")
     if not isinstance(group, int) or not pp <= group <= microbatches:
         raise ScheduleConfigError(
             f"interleaved needs the microbatch group size in [pp={pp}, microbatches={microbatches}], "
@@ -156,7 +157,8 @@ def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
     """
     check_sizes(pp, microbatches)
     if forward_only:
-        return Schedule(_name("zb-h1", True), pp, microbatches, 1, [[Op("F", m) for m in range(microbatches)] for _ in range(pp)])
+        forwards = [[Op("F", m) for m in range(microbatches)] for _ in range(pp)]
+        return Schedule(_name("zb-h1", True), pp, microbatches, 1, forwards)
     ranks = []
     for r in range(pp):
         ops = []

@@ -1,4 +1,4 @@
-"""The multi-stage schedules PyTorch ships beyond interleaved 1F1B: looped BFS, interleaved zero bubble, ZB-V, DualPipe-V.
+"""PyTorch's multi-stage schedules beyond interleaved 1F1B: looped BFS, interleaved zero bubble, ZB-V, DualPipe-V.
 
 Each generator returns the order ``torch.distributed.pipelining`` (torch 2.13) really executes on every rank --
 the compute actions of ``pipeline_order_with_comms`` that ``_PipelineScheduleRuntime._step_microbatches`` walks,

@@ -180,9 +180,10 @@ def check_metrics(stage_metrics, slowest_stage, traces) -> None:
                 why = _which(value, {"raw": raw, "mean": services[k].mean(kind) * 1e3, "s": exp[key] / 1e3,
                                      "raw_s": raw / 1e3})
                 if why in ("raw", "raw_s"):
-                    fail(f"{name}, stage {k}: {key} = {value:.4g} is the p50 of the ops' whole durations (end - start), "
-                         f"P2P wait included; the service time subtracts the wait inside each op -- what the stage "
-                         f"itself costs, not how long it waited for a neighbour (p50 service: {_ms(exp[key])})")
+                    fail(f"{name}, stage {k}: {key} = {value:.4g} is the p50 of the ops' whole durations "
+                         f"(end - start), P2P wait included; the service time subtracts the wait inside each op -- "
+                         f"what the stage itself costs, not how long it waited for a neighbour "
+                         f"(p50 service: {_ms(exp[key])})")
                 if why == "mean":
                     fail(f"{name}, stage {k}: {key} = {value:.4g} ms is the mean; use the median (p50): one slow "
                          "microbatch moves the mean, not the p50 (p95 is where the outliers show)")
@@ -834,8 +835,8 @@ def check_endpoints(endpoint_steps, worth_it) -> None:
         got = expect_number(endpoint_steps[key], f"endpoint_steps[{key!r}]")
         if not close(got, steps[key], rel=TIGHT):
             if close(got, seed_plan(text).slowest_stage, rel=1e-4):
-                fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the simulated "
-                     "makespan of all 16 microbatches")
+                fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the "
+                     "simulated makespan of all 16 microbatches")
             _not_rounded(got, steps[key], f"endpoint_steps[{key!r}]")
             fail(f"endpoint_steps[{key!r}] = {got:.4g} ms, but the simulated step of {text} (seed-pp8, M=16, 100 "
                  f"TFLOP/s) is {steps[key]:.4g} ms")
@@ -1247,7 +1248,8 @@ def check_sweep(fair_m_sweep, cases) -> None:
             fail(f"fair_m_sweep({gbs}, {ms}): micro-batch sizes must be integers (use //), got {describe(got)}")
         if any(p[0] * p[1] != gbs for p in pairs if len(p) == 2):
             bad = next(p for p in pairs if len(p) != 2 or p[0] * p[1] != gbs)
-            fail(f"fair_m_sweep({gbs}, {ms}) contains {bad}: M x micro-batch size = {bad[0] * bad[1] if len(bad) == 2 else '?'}, "
+            product = bad[0] * bad[1] if len(bad) == 2 else "?"
+            fail(f"fair_m_sweep({gbs}, {ms}) contains {bad}: M x micro-batch size = {product}, "
                  f"not the global batch {gbs} -- a run with another GBS cannot be compared with the baseline")
         missing = [p for p in want if p not in pairs]
         extra = [p for p in pairs if p not in want]
