@@ -33,7 +33,7 @@ def looped_bfs(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
     last-in first-out.  GPipe's memory (every microbatch live on every chunk at the turn) with a bubble that
     shrinks with ``v`` like interleaved 1F1B's; PyTorch refuses no size.
     """
-    check_sizes(pp, microbatches, chunks)
+    check_sizes(pp, microbatches, chunks, name="looped-bfs")
     ops = [Op("F", m, c) for c in range(chunks) for m in range(microbatches)]
     ops += [Op("B", m, c) for c in reversed(range(chunks)) for m in reversed(range(microbatches))]
     return Schedule("looped-bfs", pp, microbatches, chunks, [list(ops) for _ in range(pp)])
@@ -62,7 +62,7 @@ def interleaved_zero_bubble(pp: int, microbatches: int, chunks: int = 2) -> Sche
     weight-grad ``r`` input-grads late, so the Ws fill the cooldown bubble.  Refused as PyTorch refuses: an
     ``M`` that its rounds do not divide.
     """
-    check_sizes(pp, microbatches, chunks)
+    check_sizes(pp, microbatches, chunks, name="interleaved-zb")
     per_round = torch_round_size(pp, microbatches, "interleaved-zb", "Zero bubble")
     table = interleaved_table(microbatches, chunks, per_round)
     fwd = [Op("F", m, c) for m, c in table]
@@ -132,7 +132,7 @@ def zbv(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
     ``chunks != 2`` is refused.  With F = I = W and enough microbatches the bubble is nearly zero at 1F1B's
     peak activation memory.
     """
-    check_sizes(pp, microbatches, chunks)
+    check_sizes(pp, microbatches, chunks, name="zbv")
     _refuse_chunks("zbv", chunks)
     planned = max(2 * pp - 1, microbatches)
     ranks = [[op for op in _zbv_rank(pp, r, planned) if op.microbatch < microbatches] for r in range(pp)]
@@ -202,7 +202,7 @@ def dualpipev(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
     near the edges are split into ``I`` now and ``W`` later to fill bubbles.  Refused as PyTorch refuses:
     chunks other than 2, and fewer microbatches than stages (``M < 2 pp``).
     """
-    check_sizes(pp, microbatches, chunks)
+    check_sizes(pp, microbatches, chunks, name="dualpipev")
     _refuse_chunks("dualpipev", chunks)
     if microbatches < 2 * pp:
         raise ScheduleConfigError(
