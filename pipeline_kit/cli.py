@@ -28,12 +28,15 @@ from .interrupts import atomic_output, interrupts_end_in_one_line, write_file_at
 from .layout import commands as layout_commands
 from .limits import MAX_DRAW_OPS, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, LimitError, check_at_most
 from .schedules import (
+    CHUNKED,
+    FAMILIES,
     SCHEDULES,
     Schedule,
     ScheduleConfigError,
     ScheduleError,
     ScheduleTextError,
     build_schedule,
+    describe,
     validate,
 )
 from .sim import CostError, Costs, simulate
@@ -49,7 +52,8 @@ def add_schedule_args(p: argparse.ArgumentParser, required: bool = True) -> None
     p.add_argument("--pp", type=RANKS, required=required, help="pipeline-parallel size (ranks)")
     p.add_argument("--microbatches", "-m", type=MICROBATCHES, required=required, help="microbatches per step")
     p.add_argument("--chunks", "-v", type=int_at_most("MAX_CHUNKS", "chunks per rank"), default=None,
-                   help="model chunks per rank (virtual pipeline size), interleaved only; default 2")
+                   help=f"model chunks per rank (virtual pipeline size) for {', '.join(CHUNKED)}; default 2 "
+                        f"(zbv and dualpipev: exactly 2, in a V)")
     p.add_argument("--group", type=MICROBATCHES, default=None,
                    help="interleaved only: microbatches per virtual-stage group (Megatron's "
                         "microbatch_group_size_per_vp_stage), default pp")
@@ -69,8 +73,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.json:
         print(sched.to_json())
     else:
-        print(f"# {sched.name}: pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks} "
-              f"({sched.num_ops} ops; column k is each rank's k-th op, not a time slot)")
+        print(f"# {sched.name}: {describe(sched)} ({sched.num_ops} ops; column k is each rank's k-th op, "
+              f"not a time slot)")
         print(sched.to_grid(), end="")
     return 0
 
@@ -104,7 +108,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(strict_json(result.to_dict(timeline=not args.no_timeline)))
         return 0
-    print(f"{sched.name}: pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}  "
+    print(f"{sched.name}: {describe(sched)}  "
           f"(fwd={args.fwd:g} bwd={args.bwd:g}"
           + (f" wgrad={args.wgrad:g}" if args.wgrad is not None else "")
           + (f" stage-costs={','.join(f'{x:g}' for x in args.stage_costs)}" if args.stage_costs else "")
@@ -128,7 +132,8 @@ def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None
     p.add_argument("--bwd", type=non_negative_float, default=2.0,
                    help="full backward time, same convention (default 2.0)")
     p.add_argument("--wgrad", type=non_negative_float, default=None,
-                   help="weight-grad part of bwd for split-backward schedules (zb-h1); default bwd/2")
+                   help="weight-grad part of bwd for split-backward schedules (zb-h1, interleaved-zb, zbv, "
+                        "dualpipev); default bwd/2")
     p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
                    help="relative cost factor per rank (pp values) or per virtual stage (pp*chunks values)")
     p.add_argument("--p2p-latency", type=non_negative_float, default=0.0, help="time of each P2P transfer (default 0)")
@@ -160,8 +165,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except ScheduleError as exc:
         print(f"invalid: {exc}")
         return EXIT_INVALID
-    print(f"valid: {sched.name} pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}, "
-          f"{sched.num_ops} ops")
+    print(f"valid: {sched.name} {describe(sched)}, {sched.num_ops} ops")
     return 0
 
 
@@ -331,24 +335,28 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """A tour: PP4/M8 orders, then the four schedules compared on the seeds' PP8/M16 case."""
-    for name in ("gpipe", "1f1b"):
+    """A tour: PP4/M8 orders of 1F1B and ZB-V, then every family compared on the seeds' PP8/M16 case."""
+    for name in ("1f1b", "zbv"):
         sched = build_schedule(name, 4, 8)
-        print(f"== {name}, pp=4, microbatches=8: per-rank op order")
+        print(f"== {name}, {describe(sched)}: per-rank op order")
         print(sched.to_grid())
-    print("== PP8 / M16, fwd=1, bwd=2 (zb-h1: I = W = 1), zero P2P latency")
-    print(f"{'schedule':<16} {'makespan':>9} {'bubble':>8} {'formula':>8} {'peak act (max rank)':>20}")
-    for name, chunks in (("gpipe", None), ("1f1b", None), ("interleaved", 2), ("interleaved", 4), ("zb-h1", None)):
+    print("== PP8 / M16, fwd=1, bwd=2 (split backward: I = W = 1), zero P2P latency")
+    print(f"{'schedule':<18} {'placement':<9} {'makespan':>9} {'bubble':>8} {'peak act (worst rank)':>22}  "
+          f"PyTorch class")
+    for name, chunks in DEMO_CASES:
         sched = build_schedule(name, 8, 16, chunks)
         res = simulate(sched, fwd=1, bwd=2)
         v = sched.chunks
-        formula = "-" if name == "zb-h1" else f"{(8 - 1) / (v * 16 + 8 - 1):.4f}"
-        label = name + (f" v={v}" if v > 1 else "")
-        print(f"{label:<16} {res.makespan:>9.4g} {res.bubble_fraction:>8.4f} {formula:>8} "
-              f"{max(res.peak_activations) / v:>20.4g}")
-    print("(formula: (pp-1)/(v*M+pp-1), no formula for zb-h1; peak activations counted in microbatches'\n"
-          " worth of one rank's share of the model, the worst rank shown)")
+        label = name + (f" v={v}" if FAMILIES[name].chunks == "any" else "")
+        print(f"{label:<18} {sched.placement:<9} {res.makespan:>9.4g} {res.bubble_fraction:>8.4f} "
+              f"{max(res.peak_activations) / v:>22.4g}  {FAMILIES[name].torch_class or '-'}")
+    print("(bubble: idle / (pp x makespan); peak activations counted in microbatches' worth of one rank's share\n"
+          " of the model, the worst rank shown; 1F1B's is pp = 8)")
     return 0
+
+
+DEMO_CASES = [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("interleaved", 4), ("zb-h1", None),
+              ("looped-bfs", 2), ("interleaved-zb", 2), ("zbv", None), ("dualpipev", None)]
 
 
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]

@@ -60,10 +60,11 @@ def check_at_most(what: str, value, limit_name: str, unit: str = "") -> None:
 
 
 def ops_per_microbatch_stage(name: str, forward_only: bool = False) -> int:
-    """Ops one microbatch costs on one virtual stage: F (+ B, or I + W for zero-bubble schedules)."""
+    """Ops one microbatch costs on one virtual stage: F (+ B, or I + W for zero-bubble schedules; DualPipe-V
+    splits some of its backwards, so 3 bounds it)."""
     if forward_only:
         return 1
-    return 3 if name.startswith("zb") else 2
+    return 3 if name.startswith("zb") or name in ("interleaved-zb", "dualpipev") else 2
 
 
 def check_schedule_size(pp: int, microbatches: int, chunks: int = 1, ops_per_cell: int = 2) -> None:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from .argtypes import OneLineParser, float_list, int_at_most, one_line, positive_float, timeout_seconds
 from .limits import MAX_SEED
-from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
+from .schedules import CHUNKED, SCHEDULES, ScheduleConfigError, build_schedule, describe, validate
 
 MODEL_DIM = int_at_most("MAX_MODEL_DIM", "")
 QUIET_RANK_WAIT_S = 10.0  # how long a rank other than 0 waits to be stopped before it reports a refusal itself
@@ -29,7 +29,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b")
     p.add_argument("--microbatches", "-m", type=int_at_most("MAX_MICROBATCHES", "microbatches"), default=8)
     p.add_argument("--chunks", "-v", type=int_at_most("MAX_CHUNKS", "chunks per rank"), default=None,
-                   help="model chunks per rank (interleaved)")
+                   help=f"model chunks per rank ({', '.join(CHUNKED)}; default 2)")
     p.add_argument("--layers", type=int_at_most("MAX_LAYERS", "layers"), default=8)
     p.add_argument("--hidden", type=MODEL_DIM, default=64)
     p.add_argument("--heads", type=MODEL_DIM, default=4)
@@ -39,7 +39,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
     p.add_argument("--layout", metavar="LAYOUT",
                    help="Megatron-style layout, e.g. 'Et*3|t*2|t*2|tL': stage k on rank k %% pp, chunk k // pp "
-                        "(default: the even split)")
+                        "(on a V -- zbv, dualpipev -- stages pp..2pp-1 run back up from rank pp-1 to rank 0; "
+                        "default: the even split)")
     p.add_argument("--seed", type=_seed, default=1234)
     p.add_argument("--steps", type=int_at_most("MAX_STEPS", "steps"), default=3)
     p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate (default 0.5)")
@@ -147,10 +148,10 @@ def main(argv=None) -> int:
         if args.chunks not in (None, v):
             return usage(f"argument --chunks: {args.chunks} disagrees with the layout's {layout.num_stages} stages on "
                          f"{world} ranks ({v} chunk(s) per rank)")
-        if v > 1 and args.schedule != "interleaved":
+        if v > 1 and args.schedule not in CHUNKED:
             return usage(f"argument --layout: {layout.num_stages} stages on {world} ranks means {v} chunks per rank, "
-                         f"which needs --schedule interleaved")
-        args.chunks = v if args.schedule == "interleaved" else None
+                         f"which needs a --schedule with chunks: {', '.join(CHUNKED)}")
+        args.chunks = v if args.schedule in CHUNKED else None
     try:
         schedule = validate(build_schedule(args.schedule, world, args.microbatches, args.chunks))
     except ScheduleConfigError as exc:
@@ -212,8 +213,8 @@ def _run(args, env, schedule, fault, layout) -> int:
     cfg = _model_spec(args)
     layout = layout or _default_layout(cfg, schedule)
     stages, stage_params = _build_stages(env, schedule, cfg, layout)
-    _say(env, f"schedule {schedule.name}: pp={schedule.pp} microbatches={schedule.microbatches} "
-              f"chunks={schedule.chunks}; parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
+    _say(env, f"schedule {schedule.name}: {describe(schedule)}; "
+              f"parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
     p2p = P2P(schedule, env.rank, env.device, _boundary_shape(args), timeout_s=args.p2p_timeout,
               verbose=args.verbose_p2p, send_shapes=args.send_shapes, via_host=env.stage_through_host)
     latency = measure_latency(p2p)

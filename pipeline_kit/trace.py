@@ -150,6 +150,7 @@ class Timeline:
     waits: list[dict] = field(default_factory=list)  # rank, start, end (measured runs)
     title: str = ""
     unit: str = "time"
+    placement: str = "looped"  # "v": chunk 0 of rank r is stage r, chunk 1 is stage 2 pp - 1 - r
 
     @classmethod
     def from_sim(cls, result, title: str | None = None, unit: str = "time units") -> Timeline:
@@ -157,7 +158,8 @@ class Timeline:
         s = result.schedule
         return cls(s.pp, s.chunks, d["timeline"], d["transfers"], [],
                    title if title is not None else f"{s.name}, pp={s.pp}, M={s.microbatches}"
-                   + (f", v={s.chunks}" if s.chunks > 1 else ""), unit)
+                   + (f", v={s.chunks}" if s.chunks > 1 else "") + (", V placement" if s.placement == "v" else ""),
+                   unit, s.placement)
 
     @classmethod
     def from_trace(cls, trace: dict, title: str | None = None) -> Timeline:
@@ -180,11 +182,15 @@ class Timeline:
         name = trace.get("schedule", "run")
         return cls(trace["pp"], trace.get("chunks", 1), ops, [], waits,
                    title if title is not None else f"measured: {name}, pp={trace['pp']}, M={trace['microbatches']}",
-                   "ms")
+                   "ms", trace.get("placement", "looped"))
 
     @property
     def makespan(self) -> float:
         return max((o["end"] for o in self.ops), default=0.0)
+
+    def stages_of(self, rank: int) -> list[int]:
+        """The virtual stages ``rank`` ran, read from its ops (so a drawing never re-derives the placement)."""
+        return sorted({o["stage"] for o in self.ops if o["rank"] == rank})
 
     def rank_ops(self, rank: int) -> list[dict]:
         return sorted((o for o in self.ops if o["rank"] == rank), key=lambda o: o["start"])

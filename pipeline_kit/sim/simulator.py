@@ -115,6 +115,8 @@ class SimResult:
                 for r in range(s.pp)
             ],
         }
+        if s.placement != "looped":  # as in Schedule.to_dict: present only for a V placement
+            out["placement"] = s.placement
         if timeline:
             out["timeline"] = [op_record(s, e.rank, e.op, e.stage, e.start, e.end) for e in self.events]
             out["transfers"] = [t._asdict() for t in self.transfers]
