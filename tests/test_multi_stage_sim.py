@@ -89,7 +89,7 @@ def test_zbv_never_holds_more_than_1f1b(pp, m):
 @given(st.integers(2, 6), st.integers(1, 4), st.integers(1, 4), st.integers(0, 3))
 def test_interleaved_zb_and_looped_bfs_bubbles(pp, v, rounds, extra):
     """Interleaved ZB idles (pp - 1) F per rank; looped BFS (pp - 1)(F + B), like interleaved 1F1B, at M v memory."""
-    m = rounds * pp + (extra if rounds == 1 else 0)  # sizes PyTorch accepts: one round of any M >= pp, or pp | M
+    m = rounds * pp + (extra % pp if rounds == 1 else 0)  # sizes PyTorch accepts: one round (pp <= M < 2pp), or pp | M
     zb = simulate(build_schedule("interleaved-zb", pp, m, v), fwd=v, bwd=2 * v)
     assert zb.busy == [3 * m * v] * pp and zb.makespan == 3 * m * v + (pp - 1)
     bfs = simulate(build_schedule("looped-bfs", pp, m, v), fwd=v, bwd=2 * v)
