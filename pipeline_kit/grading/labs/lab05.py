@@ -15,7 +15,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 from ...layout import PRESETS, ModelSpec, boundary_bytes, even_layout, p2p_volume
-from ...schedules import build_schedule
+from ...schedules import build_schedule, stage_owner
 from ...sim import simulate
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
 from .common import call, close, describe, expect_choices, expect_keys, expect_number, expect_type, fail
@@ -485,7 +485,7 @@ FIELD_KEYS = ("rank", "peer", "direction", "microbatch", "chunk", "stage", "shap
 def kit_line(rank, peer, msg, pp, shape, dtype, received, sent, began, timeout_s=2.0) -> str:
     """A timeout line exactly as the runtime prints it, from the runtime's own formatter."""
     from ...runtime.p2p import P2P
-    ns = SimpleNamespace(rank=rank, timeout_s=timeout_s, pp=pp, shape=shape, dtype=dtype,
+    ns = SimpleNamespace(rank=rank, timeout_s=timeout_s, pp=pp, placement="looped", shape=shape, dtype=dtype,
                          received={peer: received}, sent={peer: sent})
     ns._counts = lambda p: P2P._counts(ns, p)
     return f"[rank {rank}] P2P TIMEOUT: {P2P._recv_desc(ns, msg, peer)} (the wait began {began:.3f} s into the step)"
@@ -560,7 +560,7 @@ def check_parse_timeout_kit(fn) -> None:
     for rank, peer, msg, pp, shape, dtype, rec, sent, began in cases:
         line = kit_line(rank, peer, msg, pp, shape, dtype, rec, sent, began)
         want = {"rank": rank, "peer": peer, "direction": msg.direction, "microbatch": msg.microbatch,
-                "chunk": msg.dst_stage // pp, "stage": msg.dst_stage, "shape": shape,
+                "chunk": stage_owner(msg.dst_stage, pp)[1], "stage": msg.dst_stage, "shape": shape,
                 "dtype": str(dtype).replace("torch.", ""), "received": rec, "sent": sent, "began": began}
         _check_fields(fn, line, want)
 

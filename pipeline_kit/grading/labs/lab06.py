@@ -416,7 +416,7 @@ def check_production(log_rank, choice, cases) -> None:
         got = call(log_rank, pp, vpp, name="production_log_rank")
         want = select_schedule(pp, vpp).loss_rank
         sched = build_schedule("interleaved" if vpp and vpp > 1 else "1f1b", pp, 2 * pp, vpp if vpp and vpp > 1 else None)
-        assert want == (sched.stages - 1) % pp
+        assert want == sched.rank_of(sched.stages - 1)
         if got != want:
             fail(f"production_log_rank({pp}, {vpp}) is {describe(got)}: log (or broadcast from) the rank holding the "
                  f"last virtual stage, rank {want}")
