@@ -147,9 +147,11 @@ def deallocate_probe(fn, x0, grad):
     before = payload.clone()
     nbytes = payload.untyped_storage().nbytes()
     fn(y)
-    info = {"resized": payload.untyped_storage().nbytes() != nbytes, "changed": not torch.equal(payload, before),
-            "grad_fn": y.grad_fn is not None, "numel": y.numel(), "x_grad": None}
-    if info["grad_fn"] and info["numel"] == 1 and not info["resized"] and not info["changed"]:
+    info = {"resized": payload.untyped_storage().nbytes() != nbytes, "changed": False, "x_grad": None}
+    if info["resized"]:  # reading the payload now could fail: the storage it views is gone
+        return info
+    info.update(changed=not torch.equal(payload, before), grad_fn=y.grad_fn is not None, numel=y.numel())
+    if info["grad_fn"] and info["numel"] == 1 and not info["changed"]:
         try:
             _run_backward((y,), (grad,), keep_graph=False)
         except Exception as exc:  # noqa: BLE001 -- reported to the grader as data
@@ -555,9 +557,10 @@ def check_grad_run(layout_text, predicted, run=None, run_args=GRAD_RUN, pp: int 
     While grading, the run is the grader's own (:func:`grader_run`) and ``run``/``run_args`` from the notebook
     are ignored; in the student's notebook the notebook's run gives instant feedback.
     """
-    from .lab06 import cfg_from_run, spec_of
     from ...layout import stage_costs
-    cfg, mbs, _ = cfg_from_run(GRAD_RUN)
+    from .lab06 import cfg_from_run, spec_of
+    grading = _grading()
+    cfg, mbs, _ = cfg_from_run(GRAD_RUN if grading else tuple(run_args))
     lay = student_layout(layout_text, "my_layout", pp, cfg.layers)
     sizes = [len(s.layers) for s in lay.stages]
     if not (sizes[0] < max(sizes[1:-1]) and sizes[-1] < max(sizes[1:-1])):
@@ -568,7 +571,7 @@ def check_grad_run(layout_text, predicted, run=None, run_args=GRAD_RUN, pp: int 
     if list(predicted) != want:
         fail(f"my_layout_params is {describe(list(predicted))}; stage_costs(parse_layout(my_layout), ModelSpec(...), "
              f"{pp}) counts the stages of that layout for the run's model (see `python -m pipeline_kit.run --help`)")
-    if _grading() or not hasattr(run, "stdout"):
+    if grading or not hasattr(run, "stdout"):
         run = grader_run(str(lay))
     out = run.stdout or ""
     if run.returncode != 0:
