@@ -99,6 +99,17 @@ def test_reading_the_solutions_is_what_the_sandbox_stops(tmp_path):
     assert warnings == [], "an unsandboxed run on purpose warns nobody"
 
 
+def test_without_namespaces_the_grade_warns_once_and_still_grades(tmp_path):
+    """Where the sandbox cannot start (here: turned off), one line on stderr says so and what it means."""
+    path = with_answers(tmp_path, LAB4, {})
+    proc = _cli("grade", str(path), "--json", env={**os.environ, "PIPELINE_KIT_SANDBOX": "off"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["score"] == 10
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "without a sandbox (cannot create namespaces (PIPELINE_KIT_SANDBOX=off))" in lines[0]
+    assert "can read solutions/" in lines[0]
+
+
 FORGED_LAB1 = {
     # a str subclass equal to everything, and an int subclass equal to everything
     "choose_schedule": ("class Yes(str):\n    def __eq__(self, other):\n        return True\n"
