@@ -18,7 +18,8 @@ CASES = [("gpipe", 8, 32, 2), ("1f1b", 8, 32, 2), ("interleaved", 8, 32, 2), ("i
 
 def main() -> int:
     FigureCanvasAgg(render("1f1b", 4, 8)[0]).draw()  # warm-up: fonts, caches
-    print(f"{'schedule':<12} {'pp':>3} {'M':>3} {'v':>2} {'median ms':>10} {'max ms':>8}  (simulate + draw + rasterise)")
+    print(f"{'schedule':<12} {'pp':>3} {'M':>3} {'v':>2} {'median ms':>10} {'max ms':>8}  "
+          "(simulate + draw + rasterise)")
     worst = 0.0
     for name, pp, m, v in CASES:
         times = []

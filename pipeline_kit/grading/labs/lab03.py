@@ -206,11 +206,13 @@ def check_losses(losses, invisible_to_bubble, largest_loss) -> None:
                    else f"each transfer should cost {float(P2P_SLOT):g}, got {float(comm[0]):g}")
         else:
             if close(float(fwd[0]), 1 + (1 - KERNEL_EFFICIENCY)):
-                why = f"{KERNEL_EFFICIENCY:.0%} efficiency makes every op 1/{KERNEL_EFFICIENCY} = 1.25x as long, not 1.2x"
+                why = (f"{KERNEL_EFFICIENCY:.0%} efficiency makes every op 1/{KERNEL_EFFICIENCY} = 1.25x as long, "
+                       "not 1.2x")
             elif close(float(fwd[0]), 1.0):
                 why = "the ops are not slower: at 80% efficiency each takes 1/0.8 of its time, forward and backward"
             else:
-                why = f"forward 1/0.8 = 1.25 and backward 2.5 on every stage, got fwd={float(fwd[0]):g}, bwd={float(bwd[0]):g}"
+                why = (f"forward 1/0.8 = 1.25 and backward 2.5 on every stage, got fwd={float(fwd[0]):g}, "
+                       f"bwd={float(bwd[0]):g}")
         fail(f"losses[{key!r}] has makespan {float(got.makespan):.4g}, expected {float(exp.makespan):.4g}: {why}")
     formula = want["kernel"].bubble_fraction
     changed = {k: r.bubble_fraction for k, r in want.items() if not close(r.bubble_fraction, formula)}
@@ -289,7 +291,8 @@ def _idle_share_variants(trace: dict) -> list[tuple[float, str]]:
 
 def check_measured_bubble(measured_bubble, traces) -> None:
     for i, trace in enumerate(traces):
-        label = "the real run's trace" if trace.get("source") == "runtime" else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})"
+        label = ("the real run's trace" if trace.get("source") == "runtime"
+                 else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})")
         got = _num(call(measured_bubble, trace, name="measured_bubble"), f"measured_bubble on {label}")
         want = idle_share(trace)
         if close(got, want, rel=1e-6, abs_=1e-9):
@@ -413,7 +416,8 @@ def expected_plan(trace: dict) -> dict[str, float]:
 
 def check_plan(timeline_plan, traces) -> None:
     for i, trace in enumerate(traces):
-        label = "the real run's trace" if trace.get("source") == "runtime" else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})"
+        label = ("the real run's trace" if trace.get("source") == "runtime"
+                 else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})")
         got = call(timeline_plan, trace, name="timeline_plan")
         expect_keys(got, ("measured", "achievable", "balanced"), f"timeline_plan on {label}")
         want = expected_plan(trace)
@@ -463,7 +467,8 @@ def check_gain(throughput_gain, cases) -> None:
         why = _first_match(got, [
             (r2.makespan / r1.makespan, ("that is the ratio of step times: the step gets longer, but it processes more "
                                          "samples -- compare samples per unit of time")),
-            (Fraction(m2, m1), f"M2/M1 ignores the bubble: the step grows too, by {float(r2.makespan / r1.makespan):.3f}x"),
+            (Fraction(m2, m1),
+             f"M2/M1 ignores the bubble: the step grows too, by {float(r2.makespan / r1.makespan):.3f}x"),
             (r1.bubble_fraction / r2.bubble_fraction, "the ratio of bubble fractions is not a throughput ratio"),
             (1 / want, "the ratio is upside down: throughput at M2 over throughput at M1"),
         ]) or "samples per unit of time (M / makespan, fixed micro-batch size) at M2 over the same at M1"
@@ -562,7 +567,8 @@ def check_confounders(confounders, pairs) -> None:
                  "optimise differently (compute it: it is not a key of the runs)")
         missing, extra = sorted(want - got), sorted(got - want)
         if missing:
-            fail(f"{label} misses {missing}: they differ between the runs, so a difference in speed could come from them")
+            fail(f"{label} misses {missing}: they differ between the runs, so a difference in speed could come "
+                 "from them")
         fail(f"{label} lists {extra}, which do not differ (or are not variables of the runs)")
 
 
@@ -599,7 +605,8 @@ def check_schemes(scheme_throughput, cases) -> None:
     for pp, m, alpha, beta, overhead, kw in cases:
         got = _num(call(scheme_throughput, pp, m, alpha, beta, overhead, name="scheme_throughput", **kw),
                    "scheme_throughput(...)")
-        label = f"scheme_throughput({pp}, {m}, {alpha}, {beta}, {overhead}, {', '.join(f'{k}={v}' for k, v in kw.items())})"
+        options = ", ".join(f"{k}={v}" for k, v in kw.items())
+        label = f"scheme_throughput({pp}, {m}, {alpha}, {beta}, {overhead}, {options})"
         want = expected_scheme(pp, m, alpha, beta, overhead, **kw)
         if close(got, want, rel=1e-6):
             continue

@@ -32,8 +32,9 @@ from ...layout import (
 from ...layout.balance import plan_for
 from ...layout.commands import item_times_from_flops
 from ...layout.measure import StageService, simulate_from_trace, stage_fwd_bwd
-from ...schedules import build_schedule, check_ops, dataflow
+from ...schedules import build_schedule
 from ...sim import simulate
+from ...trace import from_sim
 from ...viz import Timeline
 from .common import call, close, describe, expect_keys, expect_number, expect_raises, expect_type, fail, student_layout
 
@@ -54,37 +55,17 @@ def make_trace(fwd_ms, bwd_ms, microbatches: int, p2p_ms: float = 0.0, jitter: f
                dynamic: dict | None = None, layout: str | None = None) -> dict:
     """A 1F1B trace in ``pipeline_kit.run --trace`` format: per-stage base times (ms), each op scaled by a
     seeded factor in ``[1 - jitter, 1 + jitter]`` and, for stages in ``dynamic``, by a per-microbatch factor."""
-    pp = len(fwd_ms)
-    sched = build_schedule("1f1b", pp, microbatches)
-    check_ops(sched)
+    sched = build_schedule("1f1b", len(fwd_ms), microbatches)
     rng = random.Random(seed)
     dynamic = dynamic or {}
-    done, free = {}, [0.0] * pp
-    timeline, waits = [], []
-    for r, op, s, deps in dataflow(sched):
-        kind, m, c = op
-        ready = free[r]
-        for dep in deps:
-            if dep.stage == s:  # its own forward: already on this rank
-                ready = max(ready, done[(dep.rank, dep.op)])
-                continue
-            arrive = done[(dep.rank, dep.op)] + p2p_ms
-            if arrive <= free[r]:  # already there: no wait to record
-                continue
-            waits.append({"rank": r, "peer": dep.rank, "direction": "forward" if dep.kind == "F" else "backward",
-                          "microbatch": m, "chunk": c, "stage": s, "start": free[r] / 1e3,
-                          "end": arrive / 1e3})
-            ready = max(ready, arrive)
-        base = (fwd_ms if kind == "F" else bwd_ms)[s]
-        dur = base * (1 + jitter * (2 * rng.random() - 1)) * dynamic.get(s, [1.0] * microbatches)[m]
-        timeline.append({"rank": r, "op": sched.op_text(op), "kind": kind, "microbatch": m, "chunk": c, "stage": s,
-                         "start": free[r] / 1e3, "end": (ready + dur) / 1e3})
-        free[r] = ready + dur
-        done[(r, op)] = ready + dur
+
+    def duration(rank, op, stage):  # the simulator calls it op by op in one fixed order: reproducible draws
+        base = (fwd_ms if op.kind == "F" else bwd_ms)[stage]
+        return base * (1 + jitter * (2 * rng.random() - 1)) * dynamic.get(stage, [1.0] * microbatches)[op.microbatch]
+
+    run = simulate(sched, durations=duration, p2p_latency=p2p_ms)
     layers = parse_layout(layout).num_layers if layout else None
-    return {"schedule": "1f1b", "pp": pp, "microbatches": microbatches, "chunks": 1, "source": "lab07 (synthetic)",
-            "makespan": max(free) / 1e3, "p2p_latency": p2p_ms / 1e3, "layers": layers, "layout": layout,
-            "timeline": timeline, "waits": waits}
+    return from_sim(run, per_second=1e3, source="lab07 (synthetic)", p2p_latency=p2p_ms, layers=layers, layout=layout)
 
 
 def lab_stage_ms(layout: str, model: ModelSpec = LAB_MODEL, tflops: float = LAB_TFLOPS,
@@ -199,9 +180,10 @@ def check_metrics(stage_metrics, slowest_stage, traces) -> None:
                 why = _which(value, {"raw": raw, "mean": services[k].mean(kind) * 1e3, "s": exp[key] / 1e3,
                                      "raw_s": raw / 1e3})
                 if why in ("raw", "raw_s"):
-                    fail(f"{name}, stage {k}: {key} = {value:.4g} is the p50 of the ops' whole durations (end - start), "
-                         f"P2P wait included; the service time subtracts the wait inside each op -- what the stage "
-                         f"itself costs, not how long it waited for a neighbour (p50 service: {_ms(exp[key])})")
+                    fail(f"{name}, stage {k}: {key} = {value:.4g} is the p50 of the ops' whole durations "
+                         f"(end - start), P2P wait included; the service time subtracts the wait inside each op -- "
+                         f"what the stage itself costs, not how long it waited for a neighbour "
+                         f"(p50 service: {_ms(exp[key])})")
                 if why == "mean":
                     fail(f"{name}, stage {k}: {key} = {value:.4g} ms is the mean; use the median (p50): one slow "
                          "microbatch moves the mean, not the p50 (p95 is where the outliers show)")
@@ -853,8 +835,8 @@ def check_endpoints(endpoint_steps, worth_it) -> None:
         got = expect_number(endpoint_steps[key], f"endpoint_steps[{key!r}]")
         if not close(got, steps[key], rel=TIGHT):
             if close(got, seed_plan(text).slowest_stage, rel=1e-4):
-                fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the simulated "
-                     "makespan of all 16 microbatches")
+                fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the "
+                     "simulated makespan of all 16 microbatches")
             _not_rounded(got, steps[key], f"endpoint_steps[{key!r}]")
             fail(f"endpoint_steps[{key!r}] = {got:.4g} ms, but the simulated step of {text} (seed-pp8, M=16, 100 "
                  f"TFLOP/s) is {steps[key]:.4g} ms")
@@ -1266,7 +1248,8 @@ def check_sweep(fair_m_sweep, cases) -> None:
             fail(f"fair_m_sweep({gbs}, {ms}): micro-batch sizes must be integers (use //), got {describe(got)}")
         if any(p[0] * p[1] != gbs for p in pairs if len(p) == 2):
             bad = next(p for p in pairs if len(p) != 2 or p[0] * p[1] != gbs)
-            fail(f"fair_m_sweep({gbs}, {ms}) contains {bad}: M x micro-batch size = {bad[0] * bad[1] if len(bad) == 2 else '?'}, "
+            product = bad[0] * bad[1] if len(bad) == 2 else "?"
+            fail(f"fair_m_sweep({gbs}, {ms}) contains {bad}: M x micro-batch size = {product}, "
                  f"not the global batch {gbs} -- a run with another GBS cannot be compared with the baseline")
         missing = [p for p in want if p not in pairs]
         extra = [p for p in pairs if p not in want]
