@@ -15,11 +15,10 @@ from ...layout import PRESETS, Layout, ModelSpec, even_layout, stage_costs
 from ...schedules import build_schedule, select_schedule
 from ...sim import simulate
 from .common import call, close, describe, expect_keys, expect_number, expect_type, fail
-from . import live
-from .live import (  # noqa: F401 -- live-object checks and the grader-run job (live.py)
-    GRAD_RUN,
+from . import grader_runs
+from .grader_runs import GRAD_RUN, check_grad_run  # noqa: F401 -- the job the grader runs itself (grader_runs.py)
+from .live import (  # noqa: F401 -- live-object checks: they probe the kernel (live.py)
     check_build_stage,
-    check_grad_run,
     check_last_stage,
     check_log_tensor,
     check_scaling,
@@ -328,9 +327,9 @@ def kit_logged_loss(cfg, m, mbs) -> float:
 
 def check_logged_loss(fn, run=None, run_args=None, cases=()) -> None:
     todo = list(cases)
-    if run_args is not None:  # the notebook's run; while grading, the grader's own run of live.GRAD_RUN
-        run = live.logged_loss_run(run)
-        todo.insert(0, cfg_from_run(live.GRAD_RUN))
+    if run_args is not None:  # the notebook's run; while grading, the grader's own run of GRAD_RUN
+        run = grader_runs.logged_loss_run(run)
+        todo.insert(0, cfg_from_run(GRAD_RUN))
     for i, (cfg, mbs, m) in enumerate(todo):
         what = f"logged_loss(<cfg layers={cfg.layers}, hidden={cfg.hidden}>, {m}, {mbs})"
         got = expect_number(call(fn, cfg, m, mbs, name="logged_loss"), what)
