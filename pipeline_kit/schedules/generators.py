@@ -11,17 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..limits import LimitError, check_schedule_size, ops_per_microbatch_stage
 from .ops import Op, Schedule
 
 
 class ScheduleConfigError(ValueError):
-    """A schedule was asked for with arguments a production system would refuse."""
+    """A schedule was asked for with arguments a production system would refuse (or the kit's limits do)."""
 
 
-def _check_sizes(pp: int, microbatches: int, chunks: int = 1) -> None:
-    for name, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
+def _check_sizes(pp: int, microbatches: int, chunks: int = 1, name: str = "1f1b", forward_only: bool = False) -> None:
+    """Positive integers within :mod:`pipeline_kit.limits`, checked before any op list is built."""
+    for arg, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleConfigError(f"{name} must be a positive integer, got {value!r}")
+            raise ScheduleConfigError(f"{arg} must be a positive integer, got {value!r}")
+    try:
+        check_schedule_size(pp, microbatches, chunks, ops_per_microbatch_stage(name, forward_only))
+    except LimitError as exc:
+        raise ScheduleConfigError(str(exc)) from None
 
 
 def gpipe(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
@@ -30,7 +36,7 @@ def gpipe(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
     Simple, and the bubble is the same as 1F1B's -- but each rank holds all ``M`` microbatches'
     activations at the turn from forward to backward.
     """
-    _check_sizes(pp, microbatches)
+    _check_sizes(pp, microbatches, forward_only=forward_only)
     fwd = [Op("F", m) for m in range(microbatches)]
     bwd = [] if forward_only else [Op("B", m) for m in range(microbatches)]
     return Schedule(_name("gpipe", forward_only), pp, microbatches, 1, [fwd + bwd for _ in range(pp)])
@@ -43,7 +49,7 @@ def one_f_one_b(pp: int, microbatches: int, forward_only: bool = False) -> Sched
     followed by one backward, then a cooldown that drains the remaining ``warmup`` backwards.
     At most ``pp - r`` microbatches are ever in flight on rank ``r``.
     """
-    _check_sizes(pp, microbatches)
+    _check_sizes(pp, microbatches, forward_only=forward_only)
     ranks = []
     for r in range(pp):
         if forward_only:
@@ -89,7 +95,7 @@ def interleaved(
     ``[pp, M]`` (so ``M < pp`` is refused), and a last group smaller than ``pp`` (with the default
     group: ``M`` not a multiple of ``pp``).
     """
-    _check_sizes(pp, microbatches, chunks)
+    _check_sizes(pp, microbatches, chunks, forward_only=forward_only)
     group = pp if group is None else group
     if pp < 2:
         raise ScheduleConfigError(
@@ -143,7 +149,7 @@ def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
     (rank 0's 1F1B peak), so peak activation memory equals 1F1B's, and with F = I = W the bubble
     is about a third of 1F1B's.
     """
-    _check_sizes(pp, microbatches)
+    _check_sizes(pp, microbatches, name="zb-h1", forward_only=forward_only)
     if forward_only:
         forwards = [[Op("F", m) for m in range(microbatches)] for _ in range(pp)]
         return Schedule(_name("zb-h1", True), pp, microbatches, 1, forwards)
@@ -164,7 +170,7 @@ def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
 
 def no_pipelining(microbatches: int, forward_only: bool = False) -> Schedule:
     """One rank, each microbatch's forward then its backward (Megatron's ``forward_backward_no_pipelining``)."""
-    _check_sizes(1, microbatches)
+    _check_sizes(1, microbatches, forward_only=forward_only)
     ops: list[Op] = []
     for m in range(microbatches):
         ops.append(Op("F", m))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from ..trace import Timeline, live_activations, peak
+from .figure import KitFigure
 
 __all__ = ["draw_memory", "live_activations", "peak"]  # live_activations, peak: re-exported from the trace module
 
@@ -21,7 +22,7 @@ def draw_memory(timelines: dict[str, Timeline], unit_per_chunk: bool = True) -> 
     worth of one rank's share of the model (an interleaved chunk holds ``1/v`` of it).
     """
     names = list(timelines)
-    fig = Figure(figsize=(4.2 * len(names) + 1.2, 3.4))
+    fig = KitFigure(figsize=(4.2 * len(names) + 1.2, 3.4))
     axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
     for ax, name in zip(axes, names):
         tl = timelines[name]

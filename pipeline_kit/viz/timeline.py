@@ -24,6 +24,7 @@ from matplotlib.path import Path
 from matplotlib.textpath import TextPath
 
 from ..trace import Timeline
+from .figure import KitFigure
 
 __all__ = ["IDLE_COLOR", "KIND_COLORS", "KIND_NAMES", "PHASE_COLORS", "Timeline", "count_boxes", "draw_comparison",
            "draw_timeline"]  # Timeline: re-exported from the trace module
@@ -88,7 +89,7 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
     ``ops:B`` / ``ops:I`` / ``ops:W``, ``idle`` (the bubble), ``arrows``, ``phase:<rank>``.
     """
     if ax is None:
-        fig = Figure(figsize=(max(6.0, min(16.0, 0.25 * len(tl.ops) / max(tl.pp, 1) + 3)), 0.55 * tl.pp + 1.6))
+        fig = KitFigure(figsize=(max(6.0, min(16.0, 0.25 * len(tl.ops) / max(tl.pp, 1) + 3)), 0.55 * tl.pp + 1.6))
         ax = fig.subplots()
     y_of = {r: tl.pp - 1 - r for r in range(tl.pp)}  # rank 0 on top
     marks: dict[int, list] = {}  # microbatch -> [(x, y, ink)]: each box's label
@@ -190,7 +191,7 @@ def _phase_patch(a: float, b: float, y: float, name: str, rank: int):
 def draw_comparison(top: Timeline, bottom: Timeline, **kwargs) -> Figure:
     """Two timelines one above the other on a shared time axis (e.g. simulated vs measured)."""
     pp = max(top.pp, bottom.pp)
-    fig = Figure(figsize=(12, 1.1 * pp + 2.4))
+    fig = KitFigure(figsize=(12, 1.1 * pp + 2.4))
     axes = fig.subplots(2, 1, sharex=True)
     draw_timeline(top, axes[0], legend=True, **kwargs)
     draw_timeline(bottom, axes[1], legend=False, **kwargs)
