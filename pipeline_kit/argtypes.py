@@ -77,6 +77,16 @@ def _number(text: str, what: str) -> float:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0 or value >= 2**63:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**63, got {text!r}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     value = _number(text, "a non-negative number")
     if value < 0:
