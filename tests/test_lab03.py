@@ -6,6 +6,7 @@ import pytest
 from lab_grading import assert_partial, grade_answers
 
 from pipeline_kit.grading.labs import lab03
+from pipeline_kit.grading.questions import m045
 from pipeline_kit.grading.labs.common import LabCheckFailed
 from pipeline_kit.layout import PRESETS, boundary_bytes, even_layout, stage_costs
 from pipeline_kit.schedules import build_schedule
@@ -180,7 +181,7 @@ def test_follow_up_choices():
         lab03.check_methods({"mechanism": "fixed_b", "production": "fixed_gbs"})
     with pytest.raises(LabCheckFailed, match="not the bubble|mechanism under study"):
         lab03.check_confounder("bubble", 1.0)
-    _, _, fixed_gbs = lab03._sweeps()
+    _, _, fixed_gbs = m045._sweeps()
     best = max(fixed_gbs, key=fixed_gbs.get)
     lab03.check_conclusion({"fixed_b": True, "fixed_gbs": False}, best)
     with pytest.raises(LabCheckFailed, match="holds in one scheme only"):

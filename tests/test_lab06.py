@@ -11,6 +11,7 @@ import torch
 from lab_grading import SOLUTIONS, assert_partial, grade_answers
 
 from pipeline_kit.grading.labs import lab06
+from pipeline_kit.grading.questions import m047
 from pipeline_kit.grading.labs.common import LabCheckFailed
 
 LAB = "lab06_stages"
@@ -130,7 +131,7 @@ def test_construction_wrong_answers(sol):
     with pytest.raises(LabCheckFailed, match="only the first stage \\(pre_process, stage 0\\)"):
         lab06.check_stage_parts(lambda s, n, l: {**sol["stage_parts"](s, n, l), "embedding": True}, [(1, 4, 8)])
     with pytest.raises(LabCheckFailed, match="build the stage yourself"):
-        lab06.check_build_stage(lambda cfg, s, n: lab06._kit_stage(cfg, s, n), [(lab06.small_cfg(layers=4), 2)])
+        lab06.check_build_stage(lambda cfg, s, n: m047._kit_stage(cfg, s, n), [(lab06.small_cfg(layers=4), 2)])
 
     class Everything(torch.nn.Module):
         def __init__(self, cfg, stage, n):

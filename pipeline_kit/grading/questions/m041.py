@@ -1,0 +1,172 @@
+"""M041: which schedule Megatron's entry point picks, how the three control flows differ, the callback
+contract, and the phases of a rank (lab 1).
+"""
+
+from __future__ import annotations
+
+from ...schedules import select_schedule
+from ...sim import simulate
+from .common import (
+    call,
+    close,
+    describe,
+    expect_keys,
+    expect_number,
+    expect_type,
+    fail,
+)
+
+FAMILIES = ("no-pipelining", "1f1b", "interleaved")
+MEGATRON = {
+    "no-pipelining": "forward_backward_no_pipelining",
+    "1f1b": "forward_backward_pipelining_without_interleaving",
+    "interleaved": "forward_backward_pipelining_with_interleaving",
+}
+
+
+def check_selection(choose, cases) -> None:
+    for pp, vpp in cases:
+        got = call(choose, pp, vpp, name="choose_schedule")
+        want = select_schedule(pp, vpp).name
+        if got == want:
+            continue
+        if got not in FAMILIES:
+            fail(f"choose_schedule({pp}, {vpp}) returned {describe(got)}; the answer is one of {', '.join(FAMILIES)}")
+        if pp == 1:
+            fail(f"choose_schedule(1, {vpp}) returned {got!r}: with one stage there is nothing to pipeline -- "
+                 "Megatron ignores the virtual size and runs forward_backward_no_pipelining")
+        if vpp == 1:
+            fail(f"choose_schedule({pp}, 1) returned {got!r}: a virtual size of 1 is one chunk per rank, so "
+                 "Megatron runs the non-interleaved 1F1B ('1f1b')")
+        fail(f"choose_schedule({pp}, {vpp}) returned {got!r}, expected {want!r}: pp > 1 pipelines, and only a "
+             "virtual size above 1 interleaves")
+
+
+def expected_differences() -> dict:
+    out = {}
+    for name, pp, vpp in (("no-pipelining", 1, None), ("1f1b", 4, None), ("interleaved", 4, 2)):
+        result = simulate(select_schedule(pp, vpp)(8), fwd=1, bwd=2)
+        out[name] = {"p2p_messages": len(result.transfers), "peak_rank0": result.peak_activations[0],
+                     "bubble": round(result.bubble_fraction, 3)}
+    return out
+
+
+def check_differences(differences) -> None:
+    expect_keys(differences, FAMILIES, "differences")
+    want = expected_differences()
+    for name in FAMILIES:
+        row = differences[name]
+        expect_keys(row, ("p2p_messages", "peak_rank0", "bubble"), f"differences[{name!r}]")
+        for key in ("p2p_messages", "peak_rank0", "bubble"):
+            got = expect_number(row[key], f"differences[{name!r}][{key!r}]")
+            exp = want[name][key]
+            if close(got, exp, abs_=1e-3 if key == "bubble" else 1e-9):
+                continue
+            hint = ""
+            if key == "p2p_messages" and name == "1f1b" and got == exp / 2:
+                hint = " -- count both directions: activations forward and gradients backward"
+            elif key == "peak_rank0" and name == "1f1b" and got == 8:
+                hint = " -- that is GPipe's peak (all M); 1F1B's rank 0 holds only pp microbatches"
+            elif key == "peak_rank0" and name == "interleaved":
+                hint = " -- count chunk activations: with 2 chunks a rank holds more, smaller ones"
+            elif key == "bubble" and name == "no-pipelining":
+                hint = " -- one rank never waits for another"
+            fail(f"differences[{name!r}][{key!r}] is {got:g}, but the simulation gives {exp:g}{hint}")
+
+
+def check_callback(forward_step) -> None:
+    import torch
+    torch.manual_seed(0)
+    vocab, b, s = 11, 2, 5
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, 8), torch.nn.Linear(8, vocab))
+    tokens = torch.randint(0, vocab, (b, s))
+    targets = torch.randint(0, vocab, (b, s))
+    out = call(forward_step, iter([(tokens, targets)]), model, name="forward_step")
+    if isinstance(out, torch.Tensor):
+        fail("forward_step returned a tensor; it must return (output_tensor, loss_func) -- the schedule, not "
+             "forward_step, decides whether the loss is computed (only the last stage calls loss_func)")
+    expect_type(out, tuple, "forward_step's return value")
+    if len(out) != 2:
+        fail(f"forward_step must return a pair (output_tensor, loss_func), got a tuple of {len(out)}")
+    output, loss_func = out
+    expect_type(output, torch.Tensor, "the output_tensor forward_step returns")
+    if tuple(output.shape) != (b, s, vocab):
+        fail(f"output_tensor has shape {tuple(output.shape)}; the schedule needs the model's output, "
+             f"logits of shape {(b, s, vocab)}, not the loss")
+    res = call(loss_func, output, name="loss_func")
+    if isinstance(res, torch.Tensor):
+        fail("loss_func returned only the loss; Megatron's contract is (loss, {'lm loss': loss.detach()}) -- "
+             "the dict is what gets logged and averaged")
+    expect_type(res, tuple, "loss_func's return value")
+    if len(res) != 2:
+        fail(f"loss_func must return (loss, dict), got a tuple of {len(res)}")
+    loss, logs = res
+    expect_type(loss, torch.Tensor, "the loss")
+    expect_keys(logs, ("lm loss",), "loss_func's dict")
+    want = torch.nn.functional.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
+    if loss.dim() != 0:
+        fail(f"the loss must be a scalar, got shape {tuple(loss.shape)}")
+    if not torch.allclose(loss, want, rtol=1e-5):
+        fail(f"the loss is {loss.item():.5f}, the mean cross-entropy is {want.item():.5f}")
+    if not loss.requires_grad:
+        fail("the loss does not require grad: backward must start from it, so do not detach it")
+    logged = logs["lm loss"]
+    if isinstance(logged, torch.Tensor) and logged.requires_grad:
+        fail("logs['lm loss'] still carries the graph: detach it (it is only logged)")
+
+
+def check_megatron_names(names) -> None:
+    expect_keys(names, FAMILIES, "megatron_function")
+    for family in FAMILIES:
+        got = names[family]
+        if got != MEGATRON[family]:
+            fail(f"megatron_function[{family!r}] is {describe(got)}; look for the function that "
+                 f"get_forward_backward_func returns when the family is {family!r}")
+
+
+def check_no_p2p(count) -> None:
+    got = expect_number(count, "p2p_messages_pp1")
+    if got != 0:
+        fail(f"p2p_messages_pp1 is {got:g}: with pp = 1 the whole model is on one rank, so there is no "
+             "neighbour to send to")
+
+
+def check_phases(phases, cases) -> None:
+    for pp, m in cases:
+        for rank in range(pp):
+            got = call(phases, pp, m, rank, name="phases")
+            expect_type(got, (tuple, list), f"phases({pp}, {m}, {rank})")
+            if len(got) != 3:
+                fail(f"phases({pp}, {m}, {rank}) must be (warmup, steady, cooldown), got {describe(got)}")
+            warm = min(pp - rank - 1, m)
+            want = (warm, m - warm, warm)
+            if tuple(got) == want:
+                continue
+            if got[0] == pp - rank and warm == pp - rank - 1:
+                fail(f"phases({pp}, {m}, {rank}): warmup {got[0]} is one too many -- the last stage runs no "
+                     f"warmup forward, so rank r runs pp - r - 1 = {warm}")
+            if got[0] == pp - rank - 1 and pp - rank - 1 > m:
+                fail(f"phases({pp}, {m}, {rank}): warmup {got[0]} is more than the {m} microbatches there are; "
+                     f"it is min(pp - rank - 1, M) = {warm}")
+            if sum(got) != m + warm:
+                fail(f"phases({pp}, {m}, {rank}) = {tuple(got)}: warmup + steady must equal M = {m} (each "
+                     "microbatch's forward is in warmup or steady) and cooldown equals warmup")
+            fail(f"phases({pp}, {m}, {rank}) = {tuple(got)}, expected {want}")
+
+
+def check_loss_rank(loss_rank, pps) -> None:
+    for pp in pps:
+        got = call(loss_rank, pp, name="loss_rank")
+        if got != select_schedule(pp).loss_rank:
+            fail(f"loss_rank({pp}) is {describe(got)}: the loss is computed where the output layer is, on the "
+                 f"last stage, rank {pp - 1}")
+
+
+def check_returns_losses(returns_losses, pps) -> None:
+    for pp in pps:
+        for rank in range(pp):
+            got = call(returns_losses, pp, rank, name="returns_losses")
+            want = rank == select_schedule(pp).loss_rank
+            if bool(got) != want or not isinstance(got, bool):
+                fail(f"returns_losses({pp}, {rank}) is {describe(got)}, expected {want}: every other rank "
+                     "returns an empty list; it only moves activations and gradients")

@@ -1,0 +1,395 @@
+"""M047 (from lab06)
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...layout import PRESETS, Layout, ModelSpec, StageSpec, even_layout, stage_costs
+from ...schedules import build_schedule
+from ...sim import simulate
+from .common import (
+    call,
+    close,
+    describe,
+    expect_keys,
+    expect_number,
+    expect_type,
+    fail,
+    student_layout,
+)
+
+
+def small_cfg(**kw):
+    from ...runtime.model import GPTConfig
+    base = {"vocab": 64, "seq_len": 16, "hidden": 32, "heads": 4, "layers": 5, "seed": 7}
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def spec_of(cfg, micro_batch_size: int = 2, dtype_bytes: int = 2) -> ModelSpec:
+    return ModelSpec(vocab=cfg.vocab, seq_len=cfg.seq_len, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers,
+                     ffn_mult=cfg.ffn_mult, tie_embeddings=cfg.tie_embeddings, micro_batch_size=micro_batch_size,
+                     dtype_bytes=dtype_bytes)
+
+
+def cfg_from_run(run_args):
+    """The GPTConfig a ``pipeline_kit.run`` command line builds, with its micro-batch size and M."""
+    from ...run import build_parser
+    from ...runtime.model import GPTConfig
+    a = build_parser().parse_args(list(run_args))
+    cfg = GPTConfig(vocab=a.vocab, seq_len=a.seq_len, hidden=a.hidden, heads=a.heads, layers=a.layers,
+                    tie_embeddings=a.tie_embeddings, seed=a.seed)
+    return cfg, a.micro_batch_size, a.microbatches
+
+
+def kit_layout(layers: int, n: int) -> Layout:
+    """The layout the runtime builds by default: ``split_layers`` (earlier stages take any extra layer)."""
+    from ...runtime.model import split_layers
+    return Layout(tuple(StageSpec(s == 0, r, s == n - 1) for s, r in enumerate(split_layers(layers, n))))
+
+
+# -- M047 main -----------------------------------------------------------------------------------
+def _kit_stage(cfg, stage, n):
+    import torch
+
+    from ...runtime.model import build_stage
+    with torch.device("meta"):
+        return build_stage(cfg, stage, n)
+
+
+def check_stage_parts(fn, cases) -> None:
+    for stage, n, layers in cases:
+        what = f"stage_parts({stage}, {n}, {layers})"
+        got = call(fn, stage, n, layers, name="stage_parts")
+        expect_keys(got, ("embedding", "layers", "head"), what)
+        ref = _kit_stage(small_cfg(layers=layers), stage, n)
+        if got["embedding"] is not ref.pre_process:
+            fail(f"{what}['embedding'] is {describe(got['embedding'])}: only the first stage (pre_process, stage 0) "
+                 "builds the embedding and takes token ids")
+        if got["head"] is not ref.post_process:
+            fail(f"{what}['head'] is {describe(got['head'])}: only the last stage (post_process, stage {n - 1}) builds "
+                 "the final norm and the output layer")
+        want = list(ref.layer_ids)
+        expect_type(got["layers"], (list, tuple, range), f"{what}['layers']")
+        mine = list(got["layers"])
+        if mine == want:
+            continue
+        if mine == list(range(len(want))) and want[0] != 0:
+            fail(f"{what}['layers'] is {mine}: number layers globally ({want}), so layer i has the same name and "
+                 "parameters wherever it lives")
+        if len(mine) != len(want):
+            fail(f"{what}['layers'] has {len(mine)} layers, expected {len(want)}: {layers} layers over {n} stages "
+                 "give the first stages one extra each when it does not divide (split_layers)")
+        fail(f"{what}['layers'] is {mine}, expected {want}")
+
+
+def _stages(fn, cfg, n):
+    import torch
+    out = []
+    for s in range(n):
+        torch.manual_seed(100 + s)
+        m = call(fn, cfg, s, n, name="build_my_stage")
+        if not isinstance(m, torch.nn.Module):
+            fail(f"build_my_stage(cfg, {s}, {n}) must return an nn.Module, got {type(m).__name__}")
+        from ...runtime.model import GPT, StageModule
+        if isinstance(m, (StageModule, GPT)):
+            fail(f"build_my_stage returned the kit's {type(m).__name__}: build the stage yourself from Embedding, "
+                 "Block and Head (build_stage is the reference this check compares with)")
+        out.append(m)
+    return out
+
+
+def check_build_stage(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import GPT, lm_loss, make_batch
+    for cfg, n in cases:
+        stages = _stages(fn, cfg, n)
+        owner: dict[str, int] = {}
+        for s, m in enumerate(stages):
+            for name in m.state_dict():
+                if name in owner:
+                    why = {"embedding": "only the first stage builds the embedding",
+                           "head": "only the last stage builds the head"}.get(name.split(".")[0], "each layer lives on one stage")
+                    fail(f"{name} is built on stages {owner[name]} and {s}: each rank builds only its own part ({why})")
+                owner[name] = s
+        ref = GPT(cfg)
+        want_names = set(ref.state_dict())
+        extra, missing = set(owner) - want_names, want_names - set(owner)
+        if extra:
+            fail(f"your stages have parameters the kit's GPT does not name this way, e.g. {min(extra)!r}; name "
+                 "the parts embedding, blocks.<global layer id> (an nn.ModuleDict) and head, as the kit's GPT does")
+        if missing:
+            name = min(missing)
+            fail(f"no stage holds {name!r} ({len(missing)} parameter tensor(s) missing for cfg.layers={cfg.layers}, "
+                 f"{n} stages)")
+        for s, m in enumerate(stages):
+            kit = _kit_stage(cfg, s, n)
+            if set(m.state_dict()) != set(kit.state_dict()):
+                fail(f"stage {s} of {n} holds {min(set(m.state_dict()) ^ set(kit.state_dict()))!r}, which "
+                     "build_stage puts elsewhere (even split, earlier stages take the extra layers)")
+        ref.load_state_dict({k: v for m in stages for k, v in m.state_dict().items()})
+        tokens, targets = make_batch(cfg, 1, 2, 0)
+        x = tokens[0]
+        for s, m in enumerate(stages):
+            x = call(m, x, name=f"stage {s}'s forward")
+        want = ref(tokens[0])
+        if not isinstance(x, torch.Tensor) or x.shape != want.shape:
+            fail(f"chaining your {n} stages gives {describe(getattr(x, 'shape', x))}, the model gives logits of shape "
+                 f"{tuple(want.shape)}: the last stage must end with the final norm and the output layer")
+        if not torch.allclose(x, want, rtol=1e-5, atol=1e-6):
+            fail(f"chaining your {n} stages gives other logits than the model with the same parameters (max "
+                 f"difference {float((x - want).abs().max()):.2e}): check the order embedding -> blocks in layer "
+                 "order -> head")
+        lm_loss(x, targets[0]).backward()
+        lm_loss(want, targets[0]).backward()
+        grads = dict(ref.named_parameters())
+        for s, m in enumerate(stages):
+            for name, p in m.named_parameters():
+                if p.grad is None or not torch.allclose(p.grad, grads[name].grad, rtol=1e-4, atol=1e-7):
+                    fail(f"stage {s}: the gradient of {name} differs from the single-process model's")
+
+
+def check_stage_io(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import build_stage, make_batch
+    for cfg, n, mbs in cases:
+        tokens, _ = make_batch(cfg, 1, mbs, 0)
+        x = tokens[0]
+        for s in range(n):
+            stage = build_stage(cfg, s, n)
+            y = stage(x)
+            what = f"stage_io(cfg, {s}, {n}, {mbs})"
+            got = call(fn, cfg, s, n, mbs, name="stage_io")
+            expect_keys(got, ("input", "output"), what)
+            for key, t in (("input", x), ("output", y)):
+                v = got[key]
+                if not (isinstance(v, (tuple, list)) and len(v) == 2):
+                    fail(f"{what}[{key!r}] must be (shape, dtype), got {describe(v)}")
+                shape, dtype = tuple(v[0]) if isinstance(v[0], (tuple, list, torch.Size)) else v[0], v[1]
+                want_shape = tuple(t.shape)
+                if dtype != t.dtype:
+                    if key == "input" and s == 0:
+                        fail(f"{what}: the first stage takes token ids ({t.dtype}), not {dtype}: pre_process means "
+                             "the embedding lookup happens here")
+                    if key == "input":
+                        fail(f"{what}: stage {s} takes the previous stage's activation ({t.dtype}), not {dtype}")
+                    fail(f"{what}['output'] dtype is {dtype}, expected {t.dtype}")
+                if shape != want_shape:
+                    if key == "output" and s == n - 1 and shape == (mbs, cfg.seq_len, cfg.hidden):
+                        fail(f"{what}: the last stage returns logits over the vocabulary ({want_shape}); the loss is "
+                             "applied to them by the caller")
+                    if key == "output" and s < n - 1 and shape == (mbs, cfg.seq_len, cfg.vocab):
+                        fail(f"{what}: only the last stage has the output layer; stage {s} returns hidden states")
+                    if len(shape) == len(want_shape) and sorted(shape) == sorted(want_shape):
+                        fail(f"{what}[{key!r}] shape {shape}: the kit's runtime is batch-first, {want_shape}")
+                    fail(f"{what}[{key!r}] shape is {shape}, expected {want_shape}")
+            x = y.detach()
+
+
+def check_input_grad(fn, cases) -> None:
+    for n in cases:
+        for s in range(n):
+            got = call(fn, s, n, name="needs_input_grad")
+            want = not _kit_stage(small_cfg(layers=n), s, n).pre_process
+            if got is want:
+                continue
+            if s == 0:
+                fail(f"needs_input_grad(0, {n}) is {describe(got)}: stage 0's input is integer token ids; its backward "
+                     "ends at the embedding weights and has nothing to send upstream")
+            fail(f"needs_input_grad({s}, {n}) is {describe(got)}: stage {s} must send the gradient of its input back "
+                 "to stage {s - 1}, so the received activation needs requires_grad_()")
+
+
+def check_param_counts(fn, cases) -> None:
+    for cfg, n in cases:
+        what = f"stage_param_counts(<cfg layers={cfg.layers}, hidden={cfg.hidden}, vocab={cfg.vocab}>, {n})"
+        got = call(fn, cfg, n, name="stage_param_counts")
+        expect_type(got, (list, tuple), what)
+        want = [c.params for c in stage_costs(kit_layout(cfg.layers, n), spec_of(cfg), n)]
+        if list(got) == want:
+            continue
+        if len(got) != n:
+            fail(f"{what} has {len(got)} entries; one per stage, {n}")
+        for s, (g, w) in enumerate(zip(got, want)):
+            if g != w:
+                fail(f"{what}[{s}] is {describe(g)}, expected {w:,} (count the parameters of the stage you build: "
+                     "sum(p.numel() for p in stage.parameters()); on the meta device it costs no memory)")
+
+
+def check_seed_imbalance(value) -> None:
+    spec = PRESETS["seed-pp8"][0]
+    params = [c.params for c in stage_costs(even_layout(spec.layers, 8), spec, 8)]
+    want = max(params) / min(params)
+    got = expect_number(value, "seed_imbalance")
+    if close(got, want, rel=1e-4):
+        return
+    if close(got, 39.1 / 14.2, rel=1e-4):
+        fail(f"seed_imbalance is {got:.4f}, the ratio of the rounded seed figures; the exact counts "
+             f"{max(params):,} / {min(params):,} give {want:.4f}")
+    if close(got, params[-1] / min(params), rel=1e-4):
+        fail(f"seed_imbalance is {got:.4f}, the last stage over a middle one; the largest stage is stage 0 "
+             "(embedding: V*h + s*h is larger than the head's V*h + 2h)")
+    fail(f"seed_imbalance is {got:.4f}; it is max/min of the per-stage parameter counts of seed-pp8 on pp=8")
+
+
+def check_cost_table(fn, cases) -> None:
+    for preset, pp in cases:
+        spec = PRESETS[preset][0]
+        what = f"cost_table(PRESETS[{preset!r}][0], {pp})"
+        got = call(fn, spec, pp, name="cost_table")
+        expect_keys(got, ("params", "fwd_flops", "activation_bytes"), what)
+        costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+        want = {"params": [c.params for c in costs], "fwd_flops": [c.fwd_flops for c in costs],
+                "activation_bytes": [c.activation_bytes for c in costs]}
+        for key in ("params", "fwd_flops", "activation_bytes"):
+            g = got[key]
+            expect_type(g, (list, tuple), f"{what}[{key!r}]")
+            if len(g) != pp:
+                fail(f"{what}[{key!r}] has {len(g)} entries, one per stage: {pp}")
+            for s, (a, b) in enumerate(zip(g, want[key])):
+                a = expect_number(a, f"{what}[{key!r}][{s}]")
+                if close(a, b, rel=1e-9):
+                    continue
+                if key == "fwd_flops" and close(a, 2 * b, rel=1e-9):
+                    fail(f"{what}['fwd_flops'][{s}] is the backward's FLOPs (2x forward); give the forward")
+                if key == "fwd_flops" and close(a, b / (spec.seq_len * spec.micro_batch_size), rel=1e-9):
+                    fail(f"{what}['fwd_flops'][{s}] is per token; give it per microbatch (x s*b)")
+                fail(f"{what}[{key!r}][{s}] is {a:,.0f}, stage_costs gives {b:,.0f}")
+
+
+def check_grad_run(layout_text, predicted, run, run_args, pp: int = 4) -> None:
+    cfg, mbs, _ = cfg_from_run(run_args)
+    lay = student_layout(layout_text, "my_layout", pp, cfg.layers)
+    sizes = [len(s.layers) for s in lay.stages]
+    if not (sizes[0] < max(sizes[1:-1]) and sizes[-1] < max(sizes[1:-1])):
+        fail(f"my_layout gives the stages {sizes} decoder layers: the endpoint stages already carry the embedding and "
+             "the output layer, so give each of them fewer decoder layers than the busiest middle stage")
+    want = [c.params for c in stage_costs(lay, spec_of(cfg, mbs), pp)]
+    expect_type(predicted, (list, tuple), "my_layout_params")
+    if list(predicted) != want:
+        fail(f"my_layout_params is {describe(list(predicted))}; stage_costs(parse_layout(my_layout), ModelSpec(...), "
+             f"{pp}) counts the stages of that layout for the run's model (see `python -m pipeline_kit.run --help`)")
+    out = getattr(run, "stdout", "") or ""
+    if getattr(run, "returncode", 1) != 0:
+        err = (getattr(run, "stderr", "") or "").strip().splitlines()
+        fail(f"the torchrun job failed (return code {getattr(run, 'returncode', None)}): "
+             f"{err[-1] if err else 'no message'}")
+    m = re.search(r"parameters per stage: ([\d, ]+)", out)
+    printed = [int(x.replace(",", "")) for x in re.findall(r"[\d,]+\d", m.group(1))] if m else None
+    if printed != want:
+        fail(f"the run built stages with {printed} parameters, the layout predicts {want}")
+    g = re.search(r"grads match the single-process reference: (\w+)", out)
+    if not g or g.group(1) != "True":
+        fail("the real run's gradients do not match the single-process reference: "
+             f"{g.group(0) if g else 'no gradient check in its output (pass --check-grads)'}")
+
+
+# -- M047 follow-up ------------------------------------------------------------------------------
+def _seed_costs(pp=8):
+    spec = PRESETS["seed-pp8"][0]
+    return spec, stage_costs(even_layout(spec.layers, pp), spec, pp)
+
+
+def check_baseline(layers, params) -> None:
+    spec, costs = _seed_costs()
+    middle = costs[1]
+    got_l = expect_number(layers, "baseline_layers")
+    if got_l != len(middle.spec.layers):
+        fail(f"baseline_layers is {got_l:g}: {spec.layers} decoder layers over 8 stages is "
+             f"{len(middle.spec.layers)} per stage")
+    got_p = expect_number(params, "baseline_params")
+    if got_p == middle.params:
+        return
+    if got_p == middle.params // len(middle.spec.layers):
+        fail(f"baseline_params is {got_p:,.0f}, one decoder layer; a middle stage holds "
+             f"{len(middle.spec.layers)}")
+    fail(f"baseline_params is {got_p:,.0f}; count (4 + 2f)h^2 + (9 + f)h per decoder layer (or stage_costs)")
+
+
+def check_endpoint_extra(fn, presets) -> None:
+    for preset in presets:
+        spec = PRESETS[preset][0]
+        pp = max(2, min(8, spec.layers // 2))
+        costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+        layer = costs[1].params // len(costs[1].spec.layers)
+        want = {"first": costs[0].params - len(costs[0].spec.layers) * layer,
+                "last": costs[-1].params - len(costs[-1].spec.layers) * layer}
+        what = f"endpoint_extra(PRESETS[{preset!r}][0])"
+        got = call(fn, spec, name="endpoint_extra")
+        expect_keys(got, ("first", "last"), what)
+        v, h, s = spec.vocab, spec.hidden, spec.seq_len
+        for key in ("first", "last"):
+            g = expect_number(got[key], f"{what}[{key!r}]")
+            if g == want[key]:
+                continue
+            if key == "first" and g == v * h:
+                fail(f"{what}['first'] is V*h only: the first stage also holds the position embedding, s*h = {s * h:,}")
+            if key == "last" and g == v * h:
+                fail(f"{what}['last'] is V*h only: the last stage also holds the final LayerNorm (weight and bias, 2h)")
+            if key == "last" and g in (v * h + v, v * h + 2 * h + v):
+                fail(f"{what}['last'] counts a bias of the output layer; it has none (bias=False, as in Megatron)")
+            fail(f"{what}[{key!r}] is {g:,.0f}, expected {want[key]:,}")
+
+
+def check_tied(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import GPT, build_stage
+    for cfg, n in cases:
+        what = f"tied_counts(<cfg tie_embeddings=True, layers={cfg.layers}>, {n})"
+        got = call(fn, cfg, n, name="tied_counts")
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            fail(f"{what} must return (per-stage counts, unique total), got {describe(got)}")
+        per, unique = got
+        with torch.device("meta"):
+            want_per = [build_stage(cfg, s, n).num_params() for s in range(n)]
+            want_unique = sum(p.numel() for p in GPT(cfg).parameters())
+        expect_type(per, (list, tuple), f"{what}[0]")
+        vh = cfg.vocab * cfg.hidden
+        if list(per) != want_per:
+            if list(per[:-1]) == want_per[:-1] and per[-1] == want_per[-1] - vh:
+                fail(f"{what}: the last stage still holds its own copy of the V x h matrix; tying shares values "
+                     "(the copies' gradients are summed each step), not memory across ranks")
+            fail(f"{what}[0] is {describe(list(per))}, expected {want_per}")
+        u = expect_number(unique, f"{what}[1]")
+        if u == sum(want_per):
+            fail(f"{what}[1] is the sum over stages; in the model the two copies are one parameter, so the unique "
+                 f"count is {vh:,} smaller")
+        if u != want_unique:
+            fail(f"{what}[1] is {u:,.0f}, expected {want_unique:,} (sum(p.numel() for p in GPT(cfg).parameters()))")
+
+
+def decide_by_time_expected(spec, pp, m):
+    costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+    params = [c.params for c in costs]
+    flops = [c.fwd_flops for c in costs]
+    sched = build_schedule("1f1b", pp, m)
+    equal = simulate(sched, fwd=1, bwd=2).makespan
+    w = [f / min(flops) for f in flops]
+    by_flops = simulate(sched, fwd=w, bwd=[2 * x for x in w]).makespan
+    return {"by_params": params.index(max(params)), "by_time": flops.index(max(flops)),
+            "makespan_ratio": by_flops / equal}
+
+
+def check_decide_by_time(fn, cases) -> None:
+    for preset, pp, m in cases:
+        spec = PRESETS[preset][0]
+        what = f"decide_by_time(PRESETS[{preset!r}][0], {pp}, {m})"
+        got = call(fn, spec, pp, m, name="decide_by_time")
+        expect_keys(got, ("by_params", "by_time", "makespan_ratio"), what)
+        want = decide_by_time_expected(spec, pp, m)
+        if got["by_params"] != want["by_params"]:
+            fail(f"{what}['by_params'] is {describe(got['by_params'])}, expected stage {want['by_params']}")
+        if got["by_time"] != want["by_time"]:
+            if got["by_time"] == want["by_params"]:
+                fail(f"{what}['by_time'] is stage {got['by_time']}, the heaviest in parameters: its embedding is a "
+                     "lookup and costs almost no FLOPs; the output layer's h x V matmul per token does")
+            fail(f"{what}['by_time'] is {describe(got['by_time'])}, expected stage {want['by_time']}")
+        r = expect_number(got["makespan_ratio"], f"{what}['makespan_ratio']")
+        if not close(r, want["makespan_ratio"], rel=1e-6):
+            fail(f"{what}['makespan_ratio'] is {r:.4f}, expected {want['makespan_ratio']:.4f}: simulate 1F1B with "
+                 "each stage's fwd proportional to its forward FLOPs (bwd = 2 x fwd) and divide by the balanced "
+                 "simulation's makespan")
