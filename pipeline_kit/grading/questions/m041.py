@@ -1,5 +1,8 @@
-"""M041: which schedule Megatron's entry point picks, how the three control flows differ, the callback
-contract, and the phases of a rank (lab 1).
+"""M041 (lab 1): which schedule Megatron's entry point picks, how the three control flows differ, the callback
+contract, and the phases of a rank.
+
+Expected values come from the kit's own ``select_schedule`` and simulator, so a check can never disagree
+with the book.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from ...schedules import select_schedule
 from ...sim import simulate
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_keys,
@@ -24,6 +28,7 @@ MEGATRON = {
 }
 
 
+@check
 def check_selection(choose, cases) -> None:
     for pp, vpp in cases:
         got = call(choose, pp, vpp, name="choose_schedule")
@@ -51,6 +56,7 @@ def expected_differences() -> dict:
     return out
 
 
+@check
 def check_differences(differences) -> None:
     expect_keys(differences, FAMILIES, "differences")
     want = expected_differences()
@@ -74,6 +80,7 @@ def check_differences(differences) -> None:
             fail(f"differences[{name!r}][{key!r}] is {got:g}, but the simulation gives {exp:g}{hint}")
 
 
+@check
 def check_callback(forward_step) -> None:
     import torch
     torch.manual_seed(0)
@@ -115,6 +122,7 @@ def check_callback(forward_step) -> None:
         fail("logs['lm loss'] still carries the graph: detach it (it is only logged)")
 
 
+@check
 def check_megatron_names(names) -> None:
     expect_keys(names, FAMILIES, "megatron_function")
     for family in FAMILIES:
@@ -124,6 +132,7 @@ def check_megatron_names(names) -> None:
                  f"get_forward_backward_func returns when the family is {family!r}")
 
 
+@check
 def check_no_p2p(count) -> None:
     got = expect_number(count, "p2p_messages_pp1")
     if got != 0:
@@ -131,6 +140,7 @@ def check_no_p2p(count) -> None:
              "neighbour to send to")
 
 
+@check
 def check_phases(phases, cases) -> None:
     for pp, m in cases:
         for rank in range(pp):
@@ -154,6 +164,7 @@ def check_phases(phases, cases) -> None:
             fail(f"phases({pp}, {m}, {rank}) = {tuple(got)}, expected {want}")
 
 
+@check
 def check_loss_rank(loss_rank, pps) -> None:
     for pp in pps:
         got = call(loss_rank, pp, name="loss_rank")
@@ -162,6 +173,7 @@ def check_loss_rank(loss_rank, pps) -> None:
                  f"last stage, rank {pp - 1}")
 
 
+@check
 def check_returns_losses(returns_losses, pps) -> None:
     for pp in pps:
         for rank in range(pp):

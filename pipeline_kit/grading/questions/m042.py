@@ -1,4 +1,11 @@
-"""M042 (from lab02)
+"""M042 (lab 2): GPipe and 1F1B drawn by hand, then read off and measured.
+
+Why the checks look like this: the two drawings are graded by the kit's own timeline grader
+(:func:`pipeline_kit.grading.timeline.check_timeline`), so a student sees the same feedback the
+``check-timeline`` command gives, and each rubric point takes only the grader checks it is about
+(the orders for M042, the dependencies and the tight packing of the 1F1B drawing for M043).  Every
+number a student reads off a drawing or measures is compared with the simulator's, and the typical
+wrong numbers -- also computed with the simulator -- get their own explanation.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from ...viz import Timeline
 from ..timeline import GridError, check_timeline, parse_grid
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_keys,
@@ -54,6 +62,7 @@ def _first_failure(checks: dict, names, what: str) -> None:
             fail(f"{what} ({name}): {c.feedback}")
 
 
+@check
 def check_orders(gpipe_grid, one_f_one_b_grid) -> None:
     """M042 'GPipe/1F1B order': the GPipe drawing is right in every respect, the 1F1B one runs 1F1B's order."""
     gp = _grid_report(gpipe_grid, "gpipe_grid", "gpipe")
@@ -89,6 +98,7 @@ def _fmt(values) -> str:
     return "[" + ", ".join(f"{v:g}" for v in values) + "]"
 
 
+@check
 def check_peaks(peak_live) -> None:
     expect_keys(peak_live, SCHEDULES, "peak_live")
     sims = _slots()
@@ -119,6 +129,7 @@ def check_peaks(peak_live) -> None:
          "microbatches whose F has run and whose B has not, at the moment there are most of them")
 
 
+@check
 def check_bubble(idle_slots, bubble_fraction) -> None:
     expect_keys(idle_slots, SCHEDULES, "idle_slots")
     expect_keys(bubble_fraction, SCHEDULES, "bubble_fraction")
@@ -165,6 +176,7 @@ def _latency_hops(name: str) -> float:
     return (_sim(name, p2p_latency=LATENCY).makespan - _sim(name).makespan) / LATENCY
 
 
+@check
 def check_imbalance(slow_makespan, latency_hops) -> None:
     expect_keys(slow_makespan, SCHEDULES, "slow_makespan")
     expect_keys(latency_hops, SCHEDULES, "latency_hops")
@@ -211,6 +223,7 @@ def _gaps_1f1b():
     return res, fill, drain
 
 
+@check
 def check_fill(fill_idle) -> None:
     _, fill, drain = _gaps_1f1b()
     got = _per_rank(fill_idle, "fill_idle")
@@ -229,6 +242,7 @@ def check_fill(fill_idle) -> None:
     fail(f"fill_idle = {_fmt(got)}; the idle time before each rank's first op is not that (fwd=1, bwd=2)")
 
 
+@check
 def check_drain(drain_idle) -> None:
     _, fill, drain = _gaps_1f1b()
     got = _per_rank(drain_idle, "drain_idle")
@@ -246,6 +260,7 @@ def check_drain(drain_idle) -> None:
     fail(f"drain_idle = {_fmt(got)}; the idle time after each rank's last op is not that (fwd=1, bwd=2)")
 
 
+@check
 def check_rank_idle(rank_idle, cases) -> None:
     for pp, m, f, b in cases:
         got = expect_number(call(rank_idle, pp, m, f, b, name="rank_idle"), f"rank_idle({pp}, {m}, {f}, {b})")
@@ -271,6 +286,7 @@ def _b_starts(res, rank: int) -> list[float]:
     return sorted(e.start for e in res.events if e.rank == rank and e.op.kind == "B")
 
 
+@check
 def check_slow_stage(slow_beat, slow_idle) -> None:
     slow = _sim("1f1b", fwd=SLOW_FWD, bwd=SLOW_BWD)
     equal = _sim("1f1b")

@@ -1,4 +1,13 @@
-"""M043 (from lab04)
+"""M043: the non-interleaved 1F1B order from its three phases (lab 4, the main question) and the 1F1B
+drawing read off (lab 2, the follow-up).
+
+Why the checks look like this: the student's orders are judged by the kit itself -- the validator
+(:func:`pipeline_kit.schedules.validate`) says whether they can run at all and, if not, which ranks
+wait on each other; :func:`pipeline_kit.schedules.one_f_one_b` is the order they must match op for
+op; the simulator gives the peak memory.  Each rubric point is a separate function or value, so one
+mistake costs one point: the phase structure is checked against the student's *own* warmup length,
+the warmup length on its own, and the whole order (which may be written independently) on its own.
+Feedback names the rank, the op and the phase, in Megatron's terms.
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from ...sim import simulate
 from ...viz import Timeline
 from .common import (
     call,
+    check,
     describe,
     expect_keys,
     expect_number,
@@ -74,6 +84,7 @@ def _phases(func, pp, m, r):
 
 # -- the three phases (3 points) ---------------------------------------------------------------------
 
+@check
 def check_phases(func, cases) -> None:
     for pp, m in cases:
         for r in range(pp):
@@ -126,6 +137,7 @@ def _steady_problem(label, w, m, steady, want) -> None:
 
 # -- the warmup length per rank (2 points) ---------------------------------------------------------------
 
+@check
 def check_warmup(func, cases) -> None:
     for pp, m in cases:
         got = [len(_phases(func, pp, m, r)[0][0]) for r in range(pp)]
@@ -162,6 +174,7 @@ def _calls_kit(func) -> set[str]:
     return names & KIT_GENERATORS
 
 
+@check
 def check_order(func, cases) -> None:
     used = _calls_kit(func) if callable(func) else set()
     if used:
@@ -213,6 +226,7 @@ def _explain(pp, m, r, i, mine, theirs) -> str:
 
 # -- P2P order and memory (2 points) -----------------------------------------------------------------------
 
+@check
 def check_p2p_memory(max_in_flight, deadlock_example, cases) -> None:
     for pp, m in cases:
         peaks = simulate(one_f_one_b(pp, m)).peak_activations
@@ -274,6 +288,7 @@ def order_grid(func, pp, m) -> str:
 
 # == from lab 2: the M043 follow-up reads the 1F1B drawing ==
 
+@check
 def check_dependencies(one_f_one_b_grid) -> None:
     """M043 follow-up 'dependencies correct': no op before its inputs, and none later than they allow."""
     ob = _grid_report(one_f_one_b_grid, "one_f_one_b_grid", "1f1b")
@@ -285,6 +300,7 @@ def check_dependencies(one_f_one_b_grid) -> None:
 
 # -- M043 follow-up: reading the 1F1B drawing ---------------------------------------------------------------
 
+@check
 def check_f0(f0_slots) -> None:
     res = _slots()["1f1b"]
     want = [int(e.start) + 1 for r in range(PP) for e in res.events if e.rank == r and e.op == Op("F", 0)]
@@ -299,6 +315,7 @@ def check_f0(f0_slots) -> None:
     fail(f"f0_slots = {_fmt(got)}: read the slot of F0 on each row (F0 moves one rank down per slot)")
 
 
+@check
 def check_earliest_backward(earliest_backward) -> None:
     expect_keys(earliest_backward, ("op", "rank", "slot"), "earliest_backward")
     res = _slots()["1f1b"]
@@ -326,6 +343,7 @@ def check_earliest_backward(earliest_backward) -> None:
     fail(f"earliest_backward['slot'] = {slot:g} is not the slot of {want['op']} on rank {want['rank']}")
 
 
+@check
 def check_rank0(rank0_warmup, rank0_b0_slot) -> None:
     res = _slots()["1f1b"]
     tl = Timeline.from_sim(res)

@@ -1,4 +1,10 @@
-"""M044 (from lab03)
+"""M044 (lab 3): derive the bubble, check it against the simulator, and price what it leaves out.
+
+Every expected value is computed here with the kit -- the simulator for step times and bubbles, the
+layout model and ``decompose_speedup`` for the seeds' PP8 case, ``Timeline``/``simulate_from_trace``
+for profiles -- so a check can never disagree with the book.  Each check recognises the usual wrong
+formulas (``(pp-1)/M`` for the step share, ``pp`` for ``pp-1``, ``M+pp`` for ``M+pp-1``...) and names
+the term that is off.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from ...sim import SimResult, simulate
 from ...viz import Timeline
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_keys,
@@ -36,6 +43,7 @@ def _sim(pp: int, m: int, name: str = "1f1b", chunks: int | None = None, **costs
 
 
 # -- M044 main: the formula and its assumptions ---------------------------------------------------
+@check
 def check_formula(makespan, bubble_fraction, bubble_over_ideal, cases) -> None:
     for pp, m in cases:
         exact = _sim(pp, m, fwd=Fraction(1), bwd=Fraction(2))
@@ -105,6 +113,7 @@ WHY_NOT = {
 }
 
 
+@check
 def check_assumptions(formula_exact) -> None:
     expect_keys(formula_exact, SCENARIOS, "formula_exact")
     for key, (name, pp, m, chunks, costs) in SCENARIOS.items():
@@ -123,6 +132,7 @@ def check_assumptions(formula_exact) -> None:
 
 
 # -- M044 main: the number -------------------------------------------------------------------------
+@check
 def check_pp8(pp8) -> None:
     expect_keys(pp8, ("bubble", "utilisation", "bubble_over_ideal"), "pp8")
     r = _sim(PP8, M16, fwd=Fraction(1), bwd=Fraction(2))
@@ -168,6 +178,7 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(close(float(x), float(y), rel=1e-6) for x, y in zip(a, b))
 
 
+@check
 def check_losses(losses, invisible_to_bubble, largest_loss) -> None:
     want = expected_losses()
     expect_keys(losses, want, "losses")
@@ -279,6 +290,7 @@ def _idle_share_variants(trace: dict) -> list[tuple[float, str]]:
     ]
 
 
+@check
 def check_measured_bubble(measured_bubble, traces) -> None:
     for i, trace in enumerate(traces):
         label = "the real run's trace" if trace.get("source") == "runtime" else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})"
@@ -314,6 +326,7 @@ def _factor(factors, name: str) -> float:
     return expect_number(factors[name], f"factors[{name!r}]")
 
 
+@check
 def check_follow_bubble(measured_efficiency, bound_speedup, factors) -> None:
     eff = expect_number(measured_efficiency, "measured_efficiency")
     want_eff = SEED_SPEEDUP / PP8
@@ -339,6 +352,7 @@ def check_follow_bubble(measured_efficiency, bound_speedup, factors) -> None:
              "column (each row's ratio to the row above), not the speedup left")
 
 
+@check
 def check_follow_imbalance(param_ratio, factors) -> None:
     spec = PRESETS["seed-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
@@ -368,6 +382,7 @@ def check_follow_imbalance(param_ratio, factors) -> None:
         fail(f"factors['stage imbalance'] = {got:.4g}, expected {exp['stage imbalance']:.4f}: {why}")
 
 
+@check
 def check_follow_p2p(p2p_latency_s, factors) -> None:
     exp, latency = expected_factors()
     spec = PRESETS["seed-pp8"][0]
@@ -403,6 +418,7 @@ def expected_plan(trace: dict) -> dict[str, float]:
             "balanced": balanced.makespan}
 
 
+@check
 def check_plan(timeline_plan, traces) -> None:
     for i, trace in enumerate(traces):
         label = "the real run's trace" if trace.get("source") == "runtime" else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})"

@@ -1,4 +1,9 @@
-"""M045 (from lab03)
+"""M045 (lab 3): what more microbatches buy, at a fixed micro-batch size and at a fixed global batch, and how
+to compare the two fairly.
+
+Expected values come from the simulator with a per-op cost ``alpha + beta * b``; the checks recognise
+the usual slips (GPipe's memory for 1F1B's, M2/M1 for a throughput gain, a global batch without dp) and
+the confounders a fair comparison must name.
 """
 
 from __future__ import annotations
@@ -7,6 +12,7 @@ from fractions import Fraction
 
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_keys,
@@ -26,6 +32,7 @@ def _samples_per_time(pp: int, m: int) -> float:
     return m / _sim(pp, m, fwd=Fraction(1), bwd=Fraction(2)).makespan
 
 
+@check
 def check_gain(throughput_gain, cases) -> None:
     for pp, m1, m2 in cases:
         r1, r2 = (_sim(pp, m, fwd=Fraction(1), bwd=Fraction(2)) for m in (m1, m2))
@@ -43,6 +50,7 @@ def check_gain(throughput_gain, cases) -> None:
         fail(f"throughput_gain({pp}, {m1}, {m2}) = {got:.4g}, expected {float(want):.4g}: {why}")
 
 
+@check
 def check_gbs(global_batch, updates_per_epoch, micro_batch_size, cases) -> None:
     for b, m, dp, samples in cases:
         gbs = b * m * dp
@@ -75,6 +83,7 @@ def expected_point(pp: int, gbs: int, m: int, alpha: float, beta: float) -> dict
     return {"step_time": r.makespan, "peak_sequences": max(r.peak_activation_bytes)}
 
 
+@check
 def check_fixed_gbs(fixed_gbs_point, cases) -> None:
     for pp, gbs, m, alpha, beta in cases:
         got = call(fixed_gbs_point, pp, gbs, m, alpha, beta, name="fixed_gbs_point")
@@ -114,6 +123,7 @@ def expected_confounders(a: dict, b: dict) -> set[str]:
     return out
 
 
+@check
 def check_confounders(confounders, pairs) -> None:
     for a, b in pairs:
         got = call(confounders, a, b, name="confounders")
@@ -143,6 +153,7 @@ def check_confounders(confounders, pairs) -> None:
 METHODS = ("fixed_b", "fixed_gbs", "simulate")
 
 
+@check
 def check_methods(method_for) -> None:
     expect_keys(method_for, ("mechanism", "production"), "method_for")
     for key in ("mechanism", "production"):
@@ -168,6 +179,7 @@ def expected_scheme(pp, m, alpha, beta, overhead, b=None, gbs=None) -> float:
     return m * b / (_sim(pp, m, fwd=f, bwd=2 * f).makespan + overhead)
 
 
+@check
 def check_schemes(scheme_throughput, cases) -> None:
     for pp, m, alpha, beta, overhead, kw in cases:
         got = expect_number(call(scheme_throughput, pp, m, alpha, beta, overhead, name="scheme_throughput", **kw),
@@ -201,6 +213,7 @@ def _sweeps() -> tuple[dict, dict, dict]:
     return fixed_b, bare, fixed_gbs
 
 
+@check
 def check_confounder(confounder, amortisation) -> None:
     options = ("bubble", "step_overhead", "per_op_overhead")
     if confounder not in options:
@@ -224,6 +237,7 @@ def check_confounder(confounder, amortisation) -> None:
         fail(f"amortisation = {got:.4g}, expected {want:.4f}: {why}")
 
 
+@check
 def check_conclusion(more_m_better, best_m_fixed_gbs) -> None:
     expect_keys(more_m_better, ("fixed_b", "fixed_gbs"), "more_m_better")
     fixed_b, _, fixed_gbs = _sweeps()

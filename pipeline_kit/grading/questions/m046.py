@@ -1,4 +1,8 @@
-"""M046 (from lab05)
+"""M046 (lab 5): what crosses a stage boundary, how many bytes, and what changes it (encoder-decoder,
+variable lengths, dtypes, TP/SP/CP layouts).
+
+Every expected value comes from the kit: bytes from :mod:`pipeline_kit.layout`, transfers from the
+simulator, the messages of a step from the runtime's ``message_plan``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from ...schedules import build_schedule
 from ...sim import simulate
 from .common import (
     call,
+    check,
     describe,
     expect_choices,
     expect_keys,
@@ -42,6 +47,7 @@ def spec_for(seq, mbs, hidden, dtype) -> ModelSpec:
 
 
 # -- M046 main ----------------------------------------------------------------------------------
+@check
 def check_crossing(crossing) -> None:
     got = expect_choices(crossing, TENSORS, "crossing")
     for name in sorted(got - {"activation", "activation_grad"}):
@@ -63,6 +69,7 @@ def expected_messages(pp: int, m: int) -> set:
     return out
 
 
+@check
 def check_boundary_messages(fn, cases) -> None:
     for pp, m in cases:
         got = call(fn, pp, m, name="boundary_messages")
@@ -94,6 +101,7 @@ def check_boundary_messages(fn, cases) -> None:
         fail(f"{what} has {len(extra)} message(s) that do not exist, e.g. {min(extra, key=str)}")
 
 
+@check
 def check_boundary_bytes(fn, cases) -> None:
     for seq, mbs, hidden, dtype in cases:
         got = expect_number(call(fn, seq, mbs, hidden, dtype, name="boundary_bytes"),
@@ -118,6 +126,7 @@ def check_boundary_bytes(fn, cases) -> None:
         fail(f"{what}, expected s*b*h*bytes_per_element = {want:,}")
 
 
+@check
 def check_real_send(real_send_bytes, run_args) -> None:
     from ...run import build_parser
     from ...runtime.p2p import P2P
@@ -147,6 +156,7 @@ def _shape_list(value, what):
     return sorted(out)
 
 
+@check
 def check_enc_dec(fn, cases) -> None:
     for s_enc, s_dec, mbs, hidden, dtype in cases:
         args = (s_enc, s_dec, mbs, hidden, dtype)
@@ -179,6 +189,7 @@ def check_enc_dec(fn, cases) -> None:
                  "directions, at the dtype's element size)")
 
 
+@check
 def check_varlen(fn, cases) -> None:
     for seq_lens, mbs, hidden, dtype, pp in cases:
         what = f"varlen_step_bytes({seq_lens}, {mbs}, {hidden}, {dtype}, {pp})"
@@ -204,6 +215,7 @@ def _meta(shape):
     return torch.tensor([len(shape), *shape, *[0] * (4 - len(shape))], dtype=torch.int64)
 
 
+@check
 def check_recv_buffer(fn, cases) -> None:
     import torch
     for shape, dtype in cases:
@@ -229,6 +241,7 @@ def _seed():
     return PRESETS["seed-pp8"][0]
 
 
+@check
 def check_seed_send(value) -> None:
     spec = _seed()
     want = boundary_bytes(spec)
@@ -245,6 +258,7 @@ def check_seed_send(value) -> None:
     fail(f"seed_send_bytes is {got:,.0f}; use s, b, h of PRESETS['seed-pp8'][0] and 2 bytes per element")
 
 
+@check
 def check_seed_link(value, pp: int = 8, microbatches: int = 16) -> None:
     spec = _seed()
     vol = p2p_volume(even_layout(spec.layers, pp), spec, microbatches)
@@ -260,6 +274,7 @@ def check_seed_link(value, pp: int = 8, microbatches: int = 16) -> None:
     fail(f"seed_link_bytes is {got:,.0f}; one link carries 2 x M transfers of one boundary tensor")
 
 
+@check
 def check_step_bytes(fn, cases) -> None:
     for pp, m, preset, chunks in cases:
         spec = PRESETS[preset][0]
@@ -285,6 +300,7 @@ def check_step_bytes(fn, cases) -> None:
         fail(f"{what} = {got:,.0f}, expected {want:,}")
 
 
+@check
 def check_per_gpu(fn, cases) -> None:
     spec = _seed()
     for tp, sp, cp in cases:
@@ -305,6 +321,7 @@ def check_per_gpu(fn, cases) -> None:
         fail(f"{what} = {got:,.0f}, expected {want:,} (local sequence {local})")
 
 
+@check
 def check_accounting(fn, cases) -> None:
     for pp, m, send_shapes, via_host in cases:
         spec = _seed()

@@ -1,4 +1,10 @@
-"""M047 (from lab06)
+"""M047 (lab 6): building pipeline stages with pre_process/post_process, their parameters and costs.
+
+The reference for every check is the kit itself: ``build_stage`` / ``GPT`` (:mod:`pipeline_kit.runtime`)
+for stages, ``stage_costs`` (:mod:`pipeline_kit.layout`) for per-stage parameters, FLOPs and activation
+memory, the simulator for "decide by time", and a real ``torchrun --check-grads`` run for the end-to-end
+verification.  Students' stages are compared with the single-process model by loading their parameters
+into it, so they may initialise freely.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from ...schedules import build_schedule
 from ...sim import simulate
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_keys,
@@ -58,6 +65,7 @@ def _kit_stage(cfg, stage, n):
         return build_stage(cfg, stage, n)
 
 
+@check
 def check_stage_parts(fn, cases) -> None:
     for stage, n, layers in cases:
         what = f"stage_parts({stage}, {n}, {layers})"
@@ -100,6 +108,7 @@ def _stages(fn, cfg, n):
     return out
 
 
+@check
 def check_build_stage(fn, cases) -> None:
     import torch
 
@@ -151,6 +160,7 @@ def check_build_stage(fn, cases) -> None:
                     fail(f"stage {s}: the gradient of {name} differs from the single-process model's")
 
 
+@check
 def check_stage_io(fn, cases) -> None:
     import torch
 
@@ -189,6 +199,7 @@ def check_stage_io(fn, cases) -> None:
             x = y.detach()
 
 
+@check
 def check_input_grad(fn, cases) -> None:
     for n in cases:
         for s in range(n):
@@ -203,6 +214,7 @@ def check_input_grad(fn, cases) -> None:
                  "to stage {s - 1}, so the received activation needs requires_grad_()")
 
 
+@check
 def check_param_counts(fn, cases) -> None:
     for cfg, n in cases:
         what = f"stage_param_counts(<cfg layers={cfg.layers}, hidden={cfg.hidden}, vocab={cfg.vocab}>, {n})"
@@ -219,6 +231,7 @@ def check_param_counts(fn, cases) -> None:
                      "sum(p.numel() for p in stage.parameters()); on the meta device it costs no memory)")
 
 
+@check
 def check_seed_imbalance(value) -> None:
     spec = PRESETS["seed-pp8"][0]
     params = [c.params for c in stage_costs(even_layout(spec.layers, 8), spec, 8)]
@@ -235,6 +248,7 @@ def check_seed_imbalance(value) -> None:
     fail(f"seed_imbalance is {got:.4f}; it is max/min of the per-stage parameter counts of seed-pp8 on pp=8")
 
 
+@check
 def check_cost_table(fn, cases) -> None:
     for preset, pp in cases:
         spec = PRESETS[preset][0]
@@ -260,6 +274,7 @@ def check_cost_table(fn, cases) -> None:
                 fail(f"{what}[{key!r}][{s}] is {a:,.0f}, stage_costs gives {b:,.0f}")
 
 
+@check
 def check_grad_run(layout_text, predicted, run, run_args, pp: int = 4) -> None:
     cfg, mbs, _ = cfg_from_run(run_args)
     lay = student_layout(layout_text, "my_layout", pp, cfg.layers)
@@ -293,6 +308,7 @@ def _seed_costs(pp=8):
     return spec, stage_costs(even_layout(spec.layers, pp), spec, pp)
 
 
+@check
 def check_baseline(layers, params) -> None:
     spec, costs = _seed_costs()
     middle = costs[1]
@@ -309,6 +325,7 @@ def check_baseline(layers, params) -> None:
     fail(f"baseline_params is {got_p:,.0f}; count (4 + 2f)h^2 + (9 + f)h per decoder layer (or stage_costs)")
 
 
+@check
 def check_endpoint_extra(fn, presets) -> None:
     for preset in presets:
         spec = PRESETS[preset][0]
@@ -334,6 +351,7 @@ def check_endpoint_extra(fn, presets) -> None:
             fail(f"{what}[{key!r}] is {g:,.0f}, expected {want[key]:,}")
 
 
+@check
 def check_tied(fn, cases) -> None:
     import torch
 
@@ -374,6 +392,7 @@ def decide_by_time_expected(spec, pp, m):
             "makespan_ratio": by_flops / equal}
 
 
+@check
 def check_decide_by_time(fn, cases) -> None:
     for preset, pp, m in cases:
         spec = PRESETS[preset][0]

@@ -1,4 +1,8 @@
-"""M048 (from lab06)
+"""M048 (lab 6): where the loss lives -- the last stage computes it, scales it by 1/M, and the log needs its
+own reduction.
+
+Gradients are compared with the kit's ``reference_grads`` (one process, the whole model), the logged loss
+with the kit's own computation and with what a real run printed.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ import re
 from ...schedules import build_schedule, select_schedule
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_number,
@@ -62,6 +67,7 @@ def _pipeline_run(fn, cfg, n, m, mbs=2):
     return stages, value, ref, tokens, targets, torch
 
 
+@check
 def check_last_stage(fn, cases) -> None:
     for cfg, n, m in cases:
         stages, _, ref, _, _, torch = _pipeline_run(fn, cfg, n, m)
@@ -86,6 +92,7 @@ def check_last_stage(fn, cases) -> None:
                  "reference): apply the loss and any scaling once, on the last stage, and send gradients back unchanged")
 
 
+@check
 def check_scaling(fn, cases) -> None:
     for cfg, n, m in cases:
         stages, value, ref, tokens, targets, torch = _pipeline_run(fn, cfg, n, m)
@@ -129,6 +136,7 @@ def kit_logged_loss(cfg, m, mbs) -> float:
         return float(sum(lm_loss(gpt(x), y) / m for x, y in zip(tokens, targets)))
 
 
+@check
 def check_logged_loss(fn, run=None, run_args=None, cases=()) -> None:
     todo = list(cases)
     if run_args is not None:
@@ -152,6 +160,7 @@ def check_logged_loss(fn, run=None, run_args=None, cases=()) -> None:
              "computed with the initial weights on make_batch(cfg, M, mbs, step=0)")
 
 
+@check
 def check_dp_log(fn, cases) -> None:
     import torch
     for replicas in cases:
@@ -168,6 +177,7 @@ def check_dp_log(fn, cases) -> None:
         fail(f"{what} is {got:.4f}, expected {want:.4f}")
 
 
+@check
 def check_vocab_parallel(fn, cases) -> None:
     import torch
     import torch.nn.functional as F
@@ -222,6 +232,7 @@ def check_vocab_parallel(fn, cases) -> None:
              "comes from the shard that owns the target id (shard k owns ids k*V/t .. (k+1)*V/t - 1)")
 
 
+@check
 def check_contributions(fn, cases) -> None:
     for pp, loss in cases:
         what = f"contributions({pp}, {loss})"
@@ -239,6 +250,7 @@ def check_contributions(fn, cases) -> None:
         fail(f"{what} is {describe(list(got))}: the last stage (rank {owner}) contributes the loss, every other rank 0")
 
 
+@check
 def check_log_tensor(fn) -> None:
     import torch
     torch.manual_seed(3)
@@ -271,6 +283,7 @@ def max_trick(dp_losses, pp, op):
     return float(values.max() if op == "max" else values.sum())
 
 
+@check
 def check_max_trick(logged_by, max_ok, cases, pp=4) -> None:
     for dp_losses in cases:
         for op in ("max", "sum"):
@@ -292,6 +305,7 @@ def check_max_trick(logged_by, max_ok, cases, pp=4) -> None:
             fail(f"max_trick_ok({list(dp_losses)}) is {describe(got_ok)}, expected {want_ok}: {why}")
 
 
+@check
 def check_production(log_rank, choice, cases) -> None:
     for pp, vpp in cases:
         got = call(log_rank, pp, vpp, name="production_log_rank")

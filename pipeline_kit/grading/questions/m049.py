@@ -1,4 +1,8 @@
-"""M049 (from lab07)
+"""M049 (lab 7): find the slow stage in a trace, name its root cause, predict the step from the critical
+path, and design the experiment that proves a re-cut helps.
+
+The traces are the lab's synthetic runs (:mod:`.synthetic`); every expected value is computed with the kit
+(``service_times``, ``simulate_from_trace``, the simulator) from those traces, never typed in.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ...sim import simulate
 from ...viz import Timeline
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_int,
@@ -51,6 +56,7 @@ def expected_slowest(trace: dict) -> int:
     return max(range(len(rows)), key=lambda k: rows[k]["F_p50"] + rows[k]["B_p50"])
 
 
+@check
 def check_metrics(stage_metrics, slowest_stage, traces) -> None:
     for name, trace in traces:
         got = call(stage_metrics, trace, name="stage_metrics")
@@ -181,6 +187,7 @@ _CAUSE_WHY = {
 }
 
 
+@check
 def check_root_causes(root_cause, cases: dict) -> None:
     """``cases``: name -> (cause, pp, where, seed), as in :data:`LAB_CASES`; the answer is how it was built."""
     for name, (cause_built, pp, where_built, seed) in cases.items():
@@ -216,6 +223,7 @@ def expected_step(trace: dict, fix_stage: int | None = None, stat: str = "p50", 
     return simulate(sched, fwd=fwd, bwd=bwd, p2p_latency=trace["p2p_latency"] * 1e3 if latency else 0.0).makespan
 
 
+@check
 def check_critical_path(predict_step_ms, traces) -> None:
     for name, trace in traces:
         want = simulate_from_trace(trace, "p50", scale=1e3).makespan
@@ -270,6 +278,7 @@ _KNOB_WHY = {
 }
 
 
+@check
 def check_experiment(candidate_args, baseline_args: list[str], trace: dict) -> None:
     from ...run import build_parser
     expect_type(candidate_args, (list, tuple), "candidate_args")
@@ -323,6 +332,7 @@ def expected_per_microbatch(trace: dict, stage: int) -> list[float]:
     return out
 
 
+@check
 def check_per_microbatch(per_microbatch, traces) -> None:
     for name, trace in traces:
         for stage in range(trace["pp"] * trace["chunks"]):
@@ -381,6 +391,7 @@ def expected_dynamic(trace: dict) -> int | None:
     return k if r[k] > DYNAMIC_THRESHOLD else None
 
 
+@check
 def check_dynamic(dynamic_stage, traces) -> None:
     for name, trace in traces:
         got = call(dynamic_stage, trace, name="dynamic_stage")
@@ -430,6 +441,7 @@ def expected_move(text: str, src: int, dst: int) -> str | None:
                     + ("L" if s.loss else "") for s, n in zip(st, counts))
 
 
+@check
 def check_move_layer(move_layer, cases, bad_cases=()) -> None:
     for text, src, dst in cases:
         want = expected_move(text, src, dst)
@@ -496,6 +508,7 @@ def verdict_pairs(hidden: bool = False) -> list[tuple[str, dict, dict]]:
             ("PP4/M6, rerun", base, run("Et*2|t*5|t*2|t*3L", seed=11))]
 
 
+@check
 def check_verdict(verdict, pairs) -> None:
     for name, before, after in pairs:
         got = call(verdict, before, after, name="verdict")

@@ -1,4 +1,8 @@
-"""M050 (from lab07)
+"""M050 (lab 7): Megatron's custom pipeline layout -- its string, where a layer lands, which layouts are
+legal, and what a re-cut of the seed-pp8 model changes.
+
+Expected values come from ``parse_layout``, the balancer and the simulator on the seed-pp8 model at
+100 TFLOP/s (:mod:`.synthetic`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from ...schedules import build_schedule
 from ...sim import simulate
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_int,
@@ -37,6 +42,7 @@ HIDDEN_WHERE_CASES = [("E|t*2|t*2|t*2|t*2|t*2|t*2|t*2L", 4, 13), ("Et*3|t*3|t*2|
                       ("E|(t*2|)*6t*2L", 2, 9), ("Et*2|t*2|t*2|t*2|t*2|t*2L", 2, 5), ("Et*4L", 1, 3)]
 
 
+@check
 def check_layout_string(layout_string, cases) -> None:
     for counts in cases:
         got = call(layout_string, list(counts), name="layout_string")
@@ -50,6 +56,7 @@ def check_layout_string(layout_string, cases) -> None:
                  f"expected {len(counts)} stages with {list(counts)} (stage k holds counts[k] t's)")
 
 
+@check
 def check_where_is_layer(where_is_layer, cases) -> None:
     for text, pp, layer in cases:
         lay = parse_layout(text, pp=pp)
@@ -80,6 +87,7 @@ def check_where_is_layer(where_is_layer, cases) -> None:
 PROFILE_TOLERANCE = 0.03
 
 
+@check
 def check_profile_layout(text, what: str = "my_layout") -> None:
     lay = student_layout(text, what, SEED_PP, SEED.layers)
     plan, best = seed_plan(text), seed_balance().best
@@ -129,6 +137,7 @@ def rule_of(text: str, pp: int, layers: int) -> str | None:
     return None
 
 
+@check
 def check_legality(legality, cases) -> None:
     for text, pp, layers in cases:
         want = rule_of(text, pp, layers)
@@ -164,6 +173,7 @@ def expected_layout_metrics(text: str) -> dict:
             "p2p_mib": p2p_volume(lay, SEED, SEED_M)["total_per_step"] / 2**20}
 
 
+@check
 def check_layout_metrics(layout_metrics, layouts) -> None:
     for text in layouts:
         got = call(layout_metrics, text, name="layout_metrics")
@@ -214,6 +224,7 @@ def endpoint_layouts() -> dict[str, str]:
     return {"even": text, "last": last, "first": first, "both": expected_move(last, 0, 1)}
 
 
+@check
 def check_endpoints(endpoint_steps, worth_it) -> None:
     layouts = endpoint_layouts()
     expect_keys(endpoint_steps, tuple(layouts), "endpoint_steps")
@@ -245,6 +256,7 @@ def check_endpoints(endpoint_steps, worth_it) -> None:
 CONTROL_KEYS = ("pp", "microbatches", "micro_batch_size", "seq_len", "global_batch")
 
 
+@check
 def check_controls(controls) -> None:
     expect_type(controls, dict, "controls")
     if "layout" in controls:
@@ -272,6 +284,7 @@ def expected_rank_idle(text: str) -> list[float]:
     return res.idle
 
 
+@check
 def check_rank_idle(rank_idle, layouts) -> None:
     for text in layouts:
         got = call(rank_idle, text, name="rank_idle")
@@ -300,6 +313,7 @@ def expected_idle_drop(text: str) -> int:
     return drops.index(max(drops))
 
 
+@check
 def check_idle_drop(idle_drop_rank, text) -> None:
     got = expect_int(idle_drop_rank, "idle_drop_rank")
     want = expected_idle_drop(text)
@@ -313,6 +327,7 @@ def check_idle_drop(idle_drop_rank, text) -> None:
 GRAD_LAYOUT, GRAD_PP = "Et*3|t*2|t*2|tL", 4
 
 
+@check
 def check_grad_args(grad_check_args) -> None:
     from ...run import build_parser
     expect_type(grad_check_args, (list, tuple), "grad_check_args")

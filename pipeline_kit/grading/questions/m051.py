@@ -1,4 +1,10 @@
-"""M051 (from lab08)
+"""M051 (lab 8): the interleaved (virtual) pipeline -- the mapping, the bubble, what it costs, and when
+Megatron refuses it.
+
+Expected values come from the kit: the virtual-stage mapping and layouts (``stage_owner``,
+``even_layout``), Megatron's warmup count and refusals (``interleaved_warmup``, the
+``ScheduleConfigError`` the generator raises), the simulator's bubbles and transfers.  The checks name the
+usual mistakes: a contiguous chunk mapping, the seeds' ``(1/v)`` bubble, ``v(pp-1)`` boundaries.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from ...schedules import ScheduleConfigError, build_schedule, interleaved_warmup
 from ...sim import simulate
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_keys,
@@ -33,6 +40,7 @@ def _schedule(pp: int, m: int, v: int = 1, name: str | None = None):
 
 
 # -- M051 main: definition --------------------------------------------------------------------------
+@check
 def check_owner(owner, cases) -> None:
     for pp, v in cases:
         stages = range(pp * v)
@@ -53,6 +61,7 @@ def check_owner(owner, cases) -> None:
              f"{want[k]}: {why}")
 
 
+@check
 def check_rank_layers(rank_layers, cases) -> None:
     for pp, v, layers in cases:
         layout = even_layout(layers, pp * v)
@@ -74,6 +83,7 @@ def check_rank_layers(rank_layers, cases) -> None:
 
 
 # -- M051 main: mechanism -----------------------------------------------------------------------------
+@check
 def check_bubble(interleaved_bubble, cases) -> None:
     for pp, m, v in cases:
         r = simulate(_schedule(pp, m, v), fwd=Fraction(1), bwd=Fraction(2))
@@ -95,6 +105,7 @@ def check_bubble(interleaved_bubble, cases) -> None:
 
 
 # -- M051 main: costs -----------------------------------------------------------------------------------
+@check
 def check_warmup(warmup, cases) -> None:
     for pp, m, v in cases:
         for r in range(pp):
@@ -120,6 +131,7 @@ def check_warmup(warmup, cases) -> None:
             fail(f"warmup(pp={pp}, rank={r}, M={m}, v={v}) = {describe(got)}, expected {want}: {why}")
 
 
+@check
 def check_p2p_messages(p2p_messages, cases) -> None:
     for pp, m, v in cases:
         want = len(simulate(_schedule(pp, m, v)).transfers)
@@ -143,6 +155,7 @@ def expected_peak_share() -> dict[int, float]:
     return {v: simulate(_schedule(pp, m, v)).peak_activations[0] / v for v in VS}
 
 
+@check
 def check_peak_share(peak_share) -> None:
     expect_keys(peak_share, VS, "peak_share")
     want = expected_peak_share()
@@ -169,6 +182,7 @@ def kit_refusal(pp: int, m: int, v: int) -> str | None:
     return None
 
 
+@check
 def check_accepted(accepted, cases) -> None:
     for pp, m, v in cases:
         got = call(accepted, pp, m, v, name="accepted")
@@ -191,6 +205,7 @@ def expected_facts(pp: int, v: int, layers: int) -> dict[str, int]:
             "layers_per_chunk": len(mine[0].layers)}
 
 
+@check
 def check_facts(vpp_facts, cases) -> None:
     for pp, v, layers in cases:
         got = call(vpp_facts, pp, v, layers, name="vpp_facts")
@@ -216,6 +231,7 @@ def expected_fill(pp: int, v: int, f) -> float:
     return min(e.start for e in r.events if e.rank == pp - 1 and e.op.kind == "F")
 
 
+@check
 def check_fill(fill_time, cases) -> None:
     for pp, v, f in cases:
         got = expect_number(call(fill_time, pp, v, f, name="fill_time"), f"fill_time({pp}, {v}, {f})")
@@ -247,6 +263,7 @@ def expected_breakeven(tol: float = 1e-6) -> float:
     return (lo + hi) / 2
 
 
+@check
 def check_breakeven(breakeven_latency) -> None:
     got = expect_number(breakeven_latency, "breakeven_latency")
     want = expected_breakeven()
@@ -264,6 +281,7 @@ def expected_choice(pp: int, m: int, latency: float) -> int:
     return min(spans, key=lambda v: (spans[v], v))
 
 
+@check
 def check_choose_v(choose_v, cases) -> None:
     for pp, m, latency in cases:
         got = call(choose_v, pp, m, latency, name="choose_v")

@@ -1,4 +1,7 @@
-"""M052 (from lab08)
+"""M052 (lab 8): what sets each rank's activation memory, and why "parameters / PP" mispredicts it.
+
+Expected values come from the layout cost model (bytes and parameters) and the simulator's live
+activations; the checks name GPipe's memory for 1F1B's, "parameters / PP", and the missing endpoint terms.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from ...sim import SimResult, simulate
 from ...viz import Timeline, live_activations
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_keys,
@@ -30,6 +34,7 @@ def _stage_table(layout_text: str, spec: ModelSpec, pp: int):
     return stage_costs(parse_layout(layout_text), spec, pp)
 
 
+@check
 def check_stage_bytes(stage_bytes, cases) -> None:
     for layout_text, spec, pp in cases:
         for c in _stage_table(layout_text, spec, pp):
@@ -66,6 +71,7 @@ def expected_alive(schedule: str, pp: int, m: int, rank: int, v: int = 1) -> int
     return simulate(_schedule(pp, m, v, schedule)).peak_activations[rank]
 
 
+@check
 def check_alive(alive, cases) -> None:
     for schedule, pp, m, v in cases:
         for r in range(pp):
@@ -101,6 +107,7 @@ def expected_resident(spec: ModelSpec, pp: int, bytes_per_param: float) -> list[
     return [c.params * bytes_per_param for c in stage_costs(even_layout(spec.layers, pp), spec, pp)]
 
 
+@check
 def check_resident(resident_bytes, cases) -> None:
     for spec, pp, bpp in cases:
         got = call(resident_bytes, spec, pp, bpp, name="resident_bytes")
@@ -140,6 +147,7 @@ MENU = {
 STEPS = ["warmup", "reset", "measure", "read", "gather"]
 
 
+@check
 def check_steps(measurement_steps) -> None:
     expect_type(measurement_steps, (list, tuple), "measurement_steps")
     unknown = [s for s in measurement_steps if s not in MENU]
@@ -181,6 +189,7 @@ def hidden_summaries() -> list[dict]:
             {"schedule": "interleaved", "pp": 4, "microbatches": 8, "chunks": 2, "config": cfg, "micro_batch_size": 2}]
 
 
+@check
 def check_predict_run(predict_run, summaries) -> None:
     for summary in summaries:
         measured = "peak_activations" in summary
@@ -228,6 +237,7 @@ def expected_terms(spec: ModelSpec, pp: int, m: int, schedule: str, bpp: float) 
             "alive": simulate(_schedule(pp, m, 1, schedule)).peak_activations}
 
 
+@check
 def check_terms(memory_terms, cases) -> None:
     for spec, pp, m, schedule, bpp in cases:
         label = f"memory_terms({spec.layers}-layer model, pp={pp}, M={m}, {schedule!r}, {bpp})"
@@ -258,6 +268,7 @@ def expected_lifetime(schedule: str, pp: int, m: int, rank: int, mb: int) -> flo
     return ev[("B", mb)].end - ev[("F", mb)].start
 
 
+@check
 def check_lifetime(lifetime, cases) -> None:
     for schedule, pp, m, rank, mb in cases:
         got = expect_number(call(lifetime, schedule, pp, m, rank, mb, name="lifetime"),
@@ -287,6 +298,7 @@ def seed_totals(schedule: str) -> tuple[list[float], float]:
     return totals, naive
 
 
+@check
 def check_fullest(fullest, fullest_over_naive) -> None:
     expect_keys(fullest, ("1f1b", "gpipe"), "fullest")
     for schedule in ("1f1b", "gpipe"):
@@ -325,6 +337,7 @@ def expected_snapshot(result: SimResult, t: float) -> list[int]:
     return out
 
 
+@check
 def check_snapshot(snapshot, cases) -> None:
     for result, t in cases:
         got = call(snapshot, result, t, name="snapshot")

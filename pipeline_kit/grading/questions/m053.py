@@ -1,4 +1,9 @@
-"""M053 (from lab05)
+"""M053 (lab 5): send/recv orders that cannot deadlock, and debugging a real hang from its timeout lines.
+
+Hangs come from the blocking P2P model (:mod:`pipeline_kit.sim.blocking_p2p`, which reproduces the real
+runtime's waits and counts) and from real ``torchrun`` runs.  Why the model: it answers "who waits for
+whom" exactly, so a student's order, prediction or diagnosis can be checked on any size, not just the one
+we ran.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from ...schedules import build_schedule
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
 from .common import (
     call,
+    check,
     close,
     describe,
     expect_choices,
@@ -118,6 +124,7 @@ def _names(schedule, src, dst):
             for x in message_plan(schedule).get((src, dst), [])]
 
 
+@check
 def check_blocking_program(fn, cases) -> None:
     for pp, m in cases:
         schedule = build_schedule("1f1b", pp, m)
@@ -166,6 +173,7 @@ def check_blocking_program(fn, cases) -> None:
             fail(f"pp={pp}, M={m} hangs: {res.report().splitlines()[0]}{hint}")
 
 
+@check
 def check_deallocate(fn) -> None:
     import torch
 
@@ -250,6 +258,7 @@ def _check_fields(fn, line: str, want: dict) -> None:
         fail(f"{what}[{key!r}] is {g}, expected {w}")
 
 
+@check
 def check_parse_timeout_real(fn, stderr_text: str, run_args, fault: str) -> None:
     from ...run import build_parser
     args = build_parser().parse_args(list(run_args))
@@ -269,6 +278,7 @@ def check_parse_timeout_real(fn, stderr_text: str, run_args, fault: str) -> None
         _check_fields(fn, line, want)
 
 
+@check
 def check_parse_timeout_kit(fn) -> None:
     import torch
 
@@ -316,6 +326,7 @@ def _compare_waits(got, want, what, cause):
             fail(f"{what}[{r}] = {got[r]}, expected {want[r]}")
 
 
+@check
 def check_stranded(fn, cases) -> None:
     for pp, m, rank, mb in cases:
         what = f"stranded({pp}, {m}, crash_rank={rank}, crash_mb={mb})"
@@ -343,6 +354,7 @@ def _variants(text: str, pp: int, root: int, victim: int):
     yield "only the P2P TIMEOUT lines", ours
 
 
+@check
 def check_diagnose(fn, stderr_text: str, fault: str, pp: int = 4, microbatches: int = 8) -> None:
     root, mb = (int(v) for v in re.findall(r"\d+", fault))
     direction, victim = skipped_message(pp, microbatches, root, mb)
@@ -385,6 +397,7 @@ def check_diagnose(fn, stderr_text: str, fault: str, pp: int = 4, microbatches: 
         first = first or got
 
 
+@check
 def check_predict_timeouts(fn, cases, real=()) -> None:
     for pp, m, rank, mb in cases:
         what = f"predict_timeouts({pp}, {m}, skip_rank={rank}, skip_mb={mb})"
@@ -401,6 +414,7 @@ def check_predict_timeouts(fn, cases, real=()) -> None:
                      f"rank {rank} timed out waiting for {seen}")
 
 
+@check
 def check_fixes(fixes) -> None:
     got = expect_choices(fixes, FIXES, "fixes")
     for name in sorted(got):
@@ -414,6 +428,7 @@ def check_fixes(fixes) -> None:
              "send/receive pair happens")
 
 
+@check
 def check_log_fields(fields) -> None:
     got = expect_choices(fields, set(LOG_FIELDS) | set(LOG_NOISE), "log_fields")
     for name in sorted(got & set(LOG_NOISE)):

@@ -1,4 +1,11 @@
-"""SYNTHETIC (from lab07)
+"""The synthetic world of lab 7 (M049, M050, M054): the lab's machine and model, the seed-pp8 model at
+100 TFLOP/s, and traces in the runtime's format.
+
+Why the lab builds its own traces: a real CPU run is too noisy to grade against, so the traces the
+students read are made here in the runtime's exact format (every op's start/end in seconds, the P2P
+waits *inside* the ops) from the schedule's own dataflow, with known per-op service times and
+seeded jitter.  Every expected value is then computed with the kit (``pipeline_kit.layout``,
+``pipeline_kit.sim``, ``pipeline_kit.viz``) from those traces, never typed in.
 """
 
 from __future__ import annotations
