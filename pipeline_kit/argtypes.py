@@ -16,6 +16,16 @@ class UsageError(Exception):
     """A bad argument detected after parsing (e.g. a configuration a schedule refuses)."""
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows every option's default value (options without one, or off by default, show none)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but errors are a single line (no usage dump) with exit status 2."""
 

@@ -15,29 +15,30 @@ import time
 import traceback
 from dataclasses import replace
 
-from .argtypes import OneLineParser, float_list, positive_float, positive_int
+from .argtypes import DefaultsHelpFormatter, OneLineParser, float_list, positive_float, positive_int
 from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
 
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="torchrun ... -m pipeline_kit.run",
-                      description="Run a pipeline schedule on real processes (pp = number of ranks).")
-    p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b")
-    p.add_argument("--microbatches", "-m", type=positive_int, default=8)
+                      description="Run a pipeline schedule on real processes (pp = number of ranks).",
+                      formatter_class=DefaultsHelpFormatter)
+    p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="the schedule every rank runs")
+    p.add_argument("--microbatches", "-m", type=positive_int, default=8, help="microbatches per step (M)")
     p.add_argument("--chunks", "-v", type=positive_int, default=None, help="model chunks per rank (interleaved)")
-    p.add_argument("--layers", type=positive_int, default=8)
-    p.add_argument("--hidden", type=positive_int, default=64)
-    p.add_argument("--heads", type=positive_int, default=4)
-    p.add_argument("--seq-len", type=positive_int, default=32)
-    p.add_argument("--micro-batch-size", type=positive_int, default=2)
-    p.add_argument("--vocab", type=positive_int, default=256)
+    p.add_argument("--layers", type=positive_int, default=8, help="decoder layers of the model")
+    p.add_argument("--hidden", type=positive_int, default=64, help="hidden size h")
+    p.add_argument("--heads", type=positive_int, default=4, help="attention heads")
+    p.add_argument("--seq-len", type=positive_int, default=32, help="sequence length s")
+    p.add_argument("--micro-batch-size", type=positive_int, default=2, help="sequences per microbatch b")
+    p.add_argument("--vocab", type=positive_int, default=256, help="vocabulary size V")
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
     p.add_argument("--layout", metavar="LAYOUT",
                    help="Megatron-style layout, e.g. 'Et*3|t*2|t*2|tL': stage k on rank k %% pp, chunk k // pp "
                         "(default: the even split)")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--steps", type=positive_int, default=3)
-    p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate (default 0.5)")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the weights and the data")
+    p.add_argument("--steps", type=positive_int, default=3, help="training steps")
+    p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate")
     p.add_argument("--check-grads", action="store_true",
                    help="after step 1, compare every gradient with a single-process reference")
     p.add_argument("--synthetic-compute", type=float_list, default=None, metavar="F_MS,B_MS[,W_MS]",
@@ -46,7 +47,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--trace", metavar="FILE", help="write every op's and P2P wait's start/end (last step) as JSON")
     p.add_argument("--json", metavar="FILE", help="write the run's summary as JSON")
     p.add_argument("--p2p-timeout", type=positive_float, default=60.0, metavar="S",
-                   help="seconds any P2P wait may take before the run is stopped with a diagnosis (default 60)")
+                   help="seconds any P2P wait may take before the run is stopped with a diagnosis")
     p.add_argument("--verbose-p2p", action="store_true", help="print every send and receive as it happens")
     p.add_argument("--inject", metavar="FAULT", help="skip-send:rank=R,mb=K or crash:rank=R,mb=K")
     p.add_argument("--backend", choices=["gloo", "nccl"], default=None, help="default: chosen from the hardware")
