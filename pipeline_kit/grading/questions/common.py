@@ -13,7 +13,7 @@ or raises :class:`LabCheckFailed` (an ``AssertionError``) whose message is the s
 * :func:`expect_number` / :func:`expect_int` / :func:`expect_numbers` accept what a student may reasonably
   write for a number (``int``, ``float``, ``Fraction``, numpy) and refuse the rest with the type named.
 * :func:`first_match` is the "known wrong value" table: the first typical mistake whose value the answer
-  equals gives the feedback.  :func:`rounds_to` accepts a value rounded correctly to the digits it shows.
+  equals gives the feedback.  :func:`expect_rounded` accepts a value rounded correctly to the digits it shows.
 """
 
 from __future__ import annotations
@@ -178,18 +178,28 @@ def decimals(value: float) -> int | None:
     return len(text.split(".")[1].rstrip("0")) if "." in text else 0
 
 
-def rounds_to(got: float, want: float, min_decimals: int) -> bool | None:
-    """Is ``got`` ``want`` rounded to the decimals ``got`` shows?  True: it is (at least ``min_decimals`` of
-    them); False: it is ``want`` to that precision but rounded the wrong way (a precision issue); None: it is
-    not ``want`` at all (another mistake), or shows fewer than ``min_decimals`` decimals."""
-    d = decimals(got)
-    if d is None or d < min_decimals:
-        return None
-    if close(got, round(float(want), d), rel=0, abs_=10 ** -(d + 3)):
+def expect_rounded(got: float, want, what: str, min_decimals: int = 3) -> bool:
+    """Is ``got`` the exact ``want``, or ``want`` rounded correctly to the decimals ``got`` shows?
+
+    True: it is (with at least ``min_decimals`` decimals).  A value within one unit of its last decimal
+    but rounded the wrong way, or right but with fewer decimals than asked, fails here as a precision
+    issue.  False: it is not ``want`` at all -- the caller goes on to the known wrong values.
+    """
+    want = float(want)
+    if close(got, want, rel=1e-6, abs_=1e-12):  # computed, not rounded (float32 included)
         return True
-    if abs(got - float(want)) < 10 ** -d:
+    d = decimals(got)
+    if d is None or abs(got - want) >= 10 ** -d:
         return False
-    return None
+    right = abs(got - want) <= 0.5 * 10 ** -d * (1 + 1e-9)
+    if right and d >= min_decimals:
+        return True
+    to_d = f"to {d} decimal{'s' if d != 1 else ''} {want:.6g} is {round(want, d):.{d}f}"
+    if not right:
+        fail(f"{what} = {got:.{d}f} is rounded the wrong way ({to_d}): a precision issue -- round to the nearest "
+             f"value, or keep more decimals")
+    fail(f"{what} = {got:.{d}f} is right to {d} decimal{'s' if d != 1 else ''}, but give at least {min_decimals} "
+         "(a precision issue)")
 
 
 def expect_keys(mapping, keys, what: str) -> None:

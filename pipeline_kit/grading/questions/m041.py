@@ -100,7 +100,9 @@ def check_callback(forward_step) -> None:
     if tuple(output.shape) != (b, s, vocab):
         fail(f"output_tensor has shape {tuple(output.shape)}; the schedule needs the model's output, "
              f"logits of shape {(b, s, vocab)}, not the loss")
-    res = call(loss_func, output, name="loss_func")
+    # the schedule passes the output tensor it holds; another one tells a loss_func that ignores its argument
+    other = torch.randn(b, s, vocab, requires_grad=True)
+    res = call(loss_func, other, name="loss_func")
     if isinstance(res, torch.Tensor):
         fail("loss_func returned only the loss; Megatron's contract is (loss, {'lm loss': loss.detach()}) -- "
              "the dict is what gets logged and averaged")
@@ -110,10 +112,15 @@ def check_callback(forward_step) -> None:
     loss, logs = res
     expect_type(loss, torch.Tensor, "the loss")
     expect_keys(logs, ("lm loss",), "loss_func's dict")
-    want = torch.nn.functional.cross_entropy(model(tokens).reshape(-1, vocab), targets.reshape(-1))
+    want = torch.nn.functional.cross_entropy(other.reshape(-1, vocab), targets.reshape(-1))
     if loss.dim() != 0:
         fail(f"the loss must be a scalar, got shape {tuple(loss.shape)}")
     if not torch.allclose(loss, want, rtol=1e-5):
+        own = torch.nn.functional.cross_entropy(output.reshape(-1, vocab), targets.reshape(-1))
+        if torch.allclose(loss, own, rtol=1e-5):
+            fail("loss_func ignores its argument: called with another output tensor it still returns the loss of the "
+                 "logits forward_step computed. The schedule calls loss_func(output_tensor) with the tensor it holds "
+                 "on the last stage; compute the loss from output_tensor")
         fail(f"the loss is {loss.item():.5f}, the mean cross-entropy is {want.item():.5f}")
     if not loss.requires_grad:
         fail("the loss does not require grad: backward must start from it, so do not detach it")
@@ -124,9 +131,14 @@ def check_callback(forward_step) -> None:
 
 @check
 def check_megatron_names(names) -> None:
+    if not isinstance(names, dict):
+        fail(f"megatron_function must be a dict keyed by family ({', '.join(map(repr, FAMILIES))}), got "
+             f"{type(names).__name__} {describe(names)}")
     expect_keys(names, FAMILIES, "megatron_function")
     for family in FAMILIES:
         got = names[family]
+        if isinstance(got, str) and got.strip().rsplit(".", 1)[-1] == MEGATRON[family]:
+            continue  # the bare name, or the dotted one (megatron.core.pipeline_parallel.schedules.<name>)
         if got != MEGATRON[family]:
             fail(f"megatron_function[{family!r}] is {describe(got)}; look for the function that "
                  f"get_forward_backward_func returns when the family is {family!r}")

@@ -149,16 +149,22 @@ def scenario(cause: str, pp: int, where: int, seed: int) -> dict:
     return {"gflop": [round(g, 2) for g in gflop], "F_p50": fwd, "F_p95": p95, "B_p50": bwd, "hop_ms": hops}
 
 
-LAB_CASES = {"A": ("recompute", 4, 1, 1), "B": ("communication", 4, 2, 2), "C": ("compute", 4, 2, 3),
-             "D": ("dynamic", 4, 0, 4)}
+_LAB_RECIPES = {"A": ("recompute", 4, 1, 1), "B": ("communication", 4, 2, 2), "C": ("compute", 4, 2, 3),
+                "D": ("dynamic", 4, 0, 4)}  # how the lab's scenarios are built: (cause, pp, where, seed) -- the answers
+LAB_CASES = tuple(_LAB_RECIPES)  # the names of the lab's scenarios, "A" to "D"
 HIDDEN_CASES = {f"H{i}": (c, pp, w, 100 + i) for i, (c, pp, w) in enumerate(
     [("compute", 6, 4), ("dynamic", 6, 3), ("recompute", 3, 2), ("communication", 6, 0), ("compute", 3, 0),
      ("dynamic", 8, 7), ("recompute", 8, 5), ("communication", 3, 1)])}
 
 
-def lab_scenarios(cases: dict = LAB_CASES) -> dict[str, dict]:
+def _recipes(cases) -> dict[str, tuple]:
+    """``cases``: names of the lab's scenarios, or a dict name -> (cause, pp, where, seed) recipe."""
+    return dict(cases) if isinstance(cases, dict) else {name: _LAB_RECIPES[name] for name in cases}
+
+
+def lab_scenarios(cases=LAB_CASES) -> dict[str, dict]:
     """The scenarios students see: name -> per-stage numbers (the cause stays hidden)."""
-    return {name: scenario(*args) for name, args in cases.items()}
+    return {name: scenario(*args) for name, args in _recipes(cases).items()}
 
 
 def expected_cause(s: dict) -> tuple[str, int]:
@@ -188,9 +194,10 @@ _CAUSE_WHY = {
 
 
 @check
-def check_root_causes(root_cause, cases: dict) -> None:
-    """``cases``: name -> (cause, pp, where, seed), as in :data:`LAB_CASES`; the answer is how it was built."""
-    for name, (cause_built, pp, where_built, seed) in cases.items():
+def check_root_causes(root_cause, cases) -> None:
+    """``cases``: names of the lab's scenarios (:data:`LAB_CASES`) or a dict name -> (cause, pp, where, seed),
+    as in :data:`HIDDEN_CASES`; the answer is how the scenario was built."""
+    for name, (cause_built, pp, where_built, seed) in _recipes(cases).items():
         want = (cause_built, where_built)
         got = call(root_cause, scenario(cause_built, pp, where_built, seed), name="root_cause")
         expect_type(got, (tuple, list), f"root_cause(scenario {name})")

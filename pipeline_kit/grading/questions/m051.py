@@ -117,6 +117,10 @@ def check_warmup(warmup, cases) -> None:
             if got == raw and raw > m * v:
                 why = (f"{raw} is more forwards than the {m * v} microbatch-chunks there are: cap it at M x v (then "
                        "the rank runs everything as warmup and cooldown)")
+            elif want == m * v and got == m * v - 1:
+                why = (f"the warmup is capped at M x v = {m * v}: when rank {r} runs all its chunk forwards before its "
+                       "first backward, every one of them is warmup (there is no steady state) -- counting the ops "
+                       "before the first forward that is followed by a backward gives one less here")
             elif got == min(2 * (pp - r) + (v - 1) * pp, m * v):
                 why = "one hop too many on each side: the distance to the last rank is pp - r - 1"
             elif got == min((pp - r - 1) + (v - 1) * pp, m * v):
