@@ -43,6 +43,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0 or value >= 2**63:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**63, got {text!r}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)

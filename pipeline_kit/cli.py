@@ -19,6 +19,7 @@ from .argtypes import (
     UsageError,
     float_list,
     non_negative_float,
+    non_negative_int,
     positive_float,
     positive_int,
 )
@@ -243,13 +244,18 @@ def cmd_check_timeline(args: argparse.Namespace) -> int:
 def add_grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("notebook", metavar="NOTEBOOK", help="a lab notebook (.ipynb) with the student's answers")
     p.add_argument("--timeout", type=positive_float, default=60.0,
-                   help="seconds a cell may run before it is interrupted (default 60; some cells allow more)")
+                   help="seconds a cell, or one call of the student's code, may run before it is interrupted "
+                        "(default 60; some cells allow more)")
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="seed of the hidden cases (default: a fresh one, printed in the report); repeats a grade")
     p.add_argument("--solutions", metavar="DIR", default=None,
                    help="folder of canonical notebooks (default: the kit's solutions/)")
-    p.add_argument("--json", action="store_true", help='print {"notebook", "score", "max_score", "checks": [...]}')
+    p.add_argument("--json", action="store_true",
+                   help='print {"notebook", "lab", "seed", "score", "max_score", "checks": [...]}')
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    import signal
     from pathlib import Path
 
     from .grading.notebook import GradeError, grade
@@ -257,12 +263,25 @@ def cmd_grade(args: argparse.Namespace) -> int:
     def progress(i: int, n: int) -> None:
         print(f"\rrunning cell {i + 1}/{n}", end="", file=sys.stderr, flush=True)
 
+    def warn(line: str) -> None:
+        print(("\n" if show_progress else "") + line, file=sys.stderr, flush=True)
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    show_progress = not args.json and sys.stderr.isatty()
+    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         report = grade(args.notebook, Path(args.solutions) if args.solutions else None, args.timeout,
-                       progress=None if args.json or not sys.stderr.isatty() else progress)
+                       progress=progress if show_progress else None, seed=args.seed, warn=warn)
     except GradeError as exc:
         raise UsageError(str(exc)) from None
-    if not args.json and sys.stderr.isatty():
+    except KeyboardInterrupt:  # the grade's finally-blocks have ended the kernel and removed its folder
+        print(("\n" if show_progress else "") + "interrupted", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if show_progress:
         print(file=sys.stderr)
     print(json.dumps(report.to_dict()) if args.json else report.text())
     return 0
@@ -270,13 +289,18 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def add_make_labs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if labs/ is not what solutions/ makes")
+    p.add_argument("--solutions", metavar="DIR", default=None, help="the solution notebooks (default: solutions/)")
+    p.add_argument("--labs", metavar="DIR", default=None, help="where the student notebooks go (default: labs/)")
 
 
 def cmd_make_labs(args: argparse.Namespace) -> int:
-    from .grading.release import make_labs
+    from pathlib import Path
+
+    from .grading.release import ROOT, ReleaseError, make_labs
     try:
-        problems = make_labs(check=args.check)
-    except FileNotFoundError as exc:
+        problems = make_labs(Path(args.solutions or ROOT / "solutions"), Path(args.labs or ROOT / "labs"),
+                             check=args.check)
+    except (FileNotFoundError, ReleaseError) as exc:
         raise UsageError(str(exc)) from None
     for line in problems:
         print(line)

@@ -161,12 +161,12 @@ def _run(args, env, schedule, fault, layout) -> int:
                     layers=args.layers, tie_embeddings=args.tie_embeddings, seed=args.seed)
     shape = (args.micro_batch_size, args.seq_len, args.hidden)
     layer_ids = [s.layers for s in layout.stages] if layout else split_layers(cfg.layers, schedule.stages)
-    stages = {c: build_stage(cfg, c * pp + rank, schedule.stages, layer_ids[c * pp + rank]).to(env.device)
-              for c in range(v)}
+    mine = schedule.stages_of(rank)  # this rank's virtual stage per chunk
+    stages = {c: build_stage(cfg, s, schedule.stages, layer_ids[s]).to(env.device) for c, s in enumerate(mine)}
     params = [p for s in stages.values() for p in s.parameters()]
     stage_params = [None] * schedule.stages
     for c, s in stages.items():
-        stage_params[c * pp + rank] = s.num_params()
+        stage_params[mine[c]] = s.num_params()
     gathered = [None] * env.world
     dist.all_gather_object(gathered, stage_params)
     stage_params = [next(g[s] for g in gathered if g[s] is not None) for s in range(schedule.stages)]
@@ -174,9 +174,10 @@ def _run(args, env, schedule, fault, layout) -> int:
               f"parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
 
     tied_group = None
-    if cfg.tie_embeddings and pp > 1:
-        tied_group = dist.new_group([0, (schedule.stages - 1) % pp])
-        if rank not in (0, (schedule.stages - 1) % pp):
+    ends = sorted({schedule.rank_of(0), schedule.rank_of(schedule.stages - 1)})  # embedding, output layer
+    if cfg.tie_embeddings and len(ends) > 1:
+        tied_group = dist.new_group(ends)
+        if rank not in ends:
             tied_group = None
     p2p = P2P(schedule, rank, env.device, shape, timeout_s=args.p2p_timeout, verbose=args.verbose_p2p,
               fault=fault, send_shapes=args.send_shapes, via_host=env.stage_through_host)
@@ -189,7 +190,7 @@ def _run(args, env, schedule, fault, layout) -> int:
         f_ms, b_ms = synthetic[0], synthetic[1]
         w_ms = synthetic[2] if len(synthetic) == 3 else b_ms / 2
         synthetic_costs = Costs(fwd=f_ms / 1000, bwd=b_ms / 1000, wgrad=w_ms / 1000)
-        compute = SyntheticCompute(synthetic_costs.resolve(pp, v), rank, pp, shape, env.device)
+        compute = SyntheticCompute(synthetic_costs.resolve(pp, v, schedule.placement), mine, shape, env.device)
     else:
         compute = ModelCompute(stages, schedule.microbatches, deallocate=not args.no_deallocate)
     step_times, makespans, losses, grads_report, record = [], [], [], None, None
@@ -221,7 +222,7 @@ def _run(args, env, schedule, fault, layout) -> int:
         step_time = max(t for t, _ in times)
         step_times.append(step_time)
         makespans.append(max(end for _, end in times))  # the schedule's own span: last op end, any rank
-        loss = loss_to_all_ranks(compute.take_loss(), (schedule.stages - 1) % pp, env.device)
+        loss = loss_to_all_ranks(compute.take_loss(), schedule.rank_of(schedule.stages - 1), env.device)
         losses.append(loss if synthetic is None else None)
         _say(env, f"step {step + 1}/{args.steps}  time {step_time * 1000:8.1f} ms  "
                   + (f"loss {loss:.4f}  " if synthetic is None else "synthetic compute  ")

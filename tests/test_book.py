@@ -6,8 +6,6 @@ M041-M054 has its anchor.
 """
 
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -21,13 +19,8 @@ BOOK = ROOT / "book"
 
 
 @pytest.fixture(scope="module")
-def html(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("book")
-    exe = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(exe), "build", str(BOOK), "--path-output", str(out), "-W", "-n", "--keep-going"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    return out / "_build" / "html"
+def html(book_html) -> Path:
+    return book_html  # built once per session (tests/conftest.py), shared with test_static_explorer.py
 
 
 def toc_files() -> list[str]:

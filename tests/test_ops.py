@@ -93,3 +93,37 @@ def test_json_contract_fields():
 def test_schedule_constructor_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Schedule("x", **kwargs)
+
+
+def test_v_placement_puts_chunk_1_of_rank_r_on_stage_2pp_minus_1_minus_r():
+    # ZB-V / DualPipe-V: down the ranks on chunk 0, back up on chunk 1
+    assert [virtual_stage(r, c, 4, "v") for c in range(2) for r in range(4)] == [0, 1, 2, 3, 7, 6, 5, 4]
+    assert [stage_owner(s, 4, "v") for s in (0, 3, 4, 7)] == [(0, 0), (3, 0), (3, 1), (0, 1)]
+    v = Schedule("v", 4, 1, 2, placement="v")
+    assert [v.stages_of(r) for r in range(4)] == [[0, 7], [1, 6], [2, 5], [3, 4]]
+    assert [v.rank_of(s) for s in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0]
+    assert [v.chunk_of(s) for s in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    looped = Schedule("l", 4, 1, 2)
+    assert looped.placement == "looped" and looped.stage_of(1, 1) == 5 and looped.rank_of(5) == 1
+
+
+def test_placement_travels_in_text_and_json_and_is_absent_when_looped():
+    v = Schedule.from_text("# schedule=v pp=2 microbatches=1 chunks=2 placement=v\n"
+                           "r0: F0c0 F0c1 B0c1 B0c0\nr1: F0c0 F0c1 B0c1 B0c0\n")
+    assert v.placement == "v"
+    assert v.to_text().splitlines()[0] == "# schedule=v pp=2 microbatches=1 chunks=2 placement=v"
+    assert Schedule.from_text(v.to_text()) == v
+    assert v.to_dict()["placement"] == "v" and Schedule.from_json(v.to_json()) == v
+    looped = build_schedule("interleaved", 2, 2, 2)
+    assert "placement" not in looped.to_dict() and "placement" not in looped.to_text()
+    assert Schedule.from_dict({k: val for k, val in looped.to_dict().items()}).placement == "looped"
+
+
+def test_bad_placement_is_refused_with_the_rule():
+    with pytest.raises(ScheduleTextError, match=r"^header: placement must be one of looped, v, got 'w'$"):
+        Schedule.from_text("# pp=1 placement=w\nr0: F0\n")
+    with pytest.raises(ScheduleTextError, match=r"^header: placement 'v' puts exactly 2 chunks on each rank, got "
+                                                r"chunks=1$"):
+        Schedule.from_text("# pp=1 chunks=1 placement=v\nr0: F0\n")
+    with pytest.raises(ValueError, match="placement 'v' puts exactly 2 chunks"):
+        Schedule("x", 2, 2, 3, placement="v")

@@ -159,3 +159,26 @@ def test_hand_made_schedule_simulates():
 def test_build_then_simulate_every_family():
     for name, v in (("gpipe", None), ("1f1b", None), ("interleaved", 2), ("zb-h1", None)):
         assert simulate(build_schedule(name, 4, 8, v)).makespan > 0
+
+
+def test_v_placement_simulates_exactly_with_no_transfer_at_the_turn():
+    text = ("# schedule=v pp=2 microbatches=2 chunks=2 placement=v\n"
+            "r0: F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 B0c0 B1c0\n"
+            "r1: F0c0 F0c1 F1c0 F1c1 B0c1 B0c0 B1c1 B1c0\n")
+    res = simulate(Schedule.from_text(text), fwd=1, bwd=2)  # each of the 2 chunks: F 0.5, B 1
+    starts = {(e.rank, e.op.text(True)): (e.stage, e.start, e.end) for e in res.events}
+    assert starts[(1, "F0c1")] == (2, 1.0, 1.5)  # stage 2 follows stage 1 on the same rank, no wait
+    assert starts[(0, "F0c1")] == (3, 1.5, 2.0)  # the last stage is back on rank 0
+    assert starts[(1, "B0c0")] == (1, 4.0, 5.0)
+    assert starts[(0, "B1c0")] == (0, 7.0, 8.0)
+    assert res.makespan == 8.0 and res.busy == [6.0, 6.0] and res.bubble_fraction == 0.25
+    assert res.peak_activations == [3, 4]
+    crossing = sorted((t.src, t.dst, t.direction, t.boundary) for t in res.transfers)
+    assert crossing == sorted([(0, 1, "forward", 0), (1, 0, "forward", 2), (0, 1, "backward", 2),
+                               (1, 0, "backward", 0)] * 2)
+
+
+def test_per_rank_costs_follow_the_v_placement():
+    # rank 0 holds stages 0 and 3, rank 1 stages 1 and 2; each chunk takes half its rank's share
+    res = Costs(fwd=[1, 3], bwd=[2, 6]).resolve(2, 2, "v")
+    assert res.fwd == [0.5, 1.5, 1.5, 0.5] and res.bwd == [1.0, 3.0, 3.0, 1.0]

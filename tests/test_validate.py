@@ -128,3 +128,24 @@ def test_random_swaps_are_either_valid_or_a_schedule_error(name, pp, k, data):
 
 def test_interleaved_pp2_both_directions_join_the_same_two_ranks():
     validate(interleaved(2, 4, 2))
+
+
+# A V-placed pipeline on 2 ranks: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2.
+V_PP2 = ("# schedule=v pp=2 microbatches=2 chunks=2 placement=v\n"
+         "r0: F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 B0c0 B1c0\n"
+         "r1: F0c0 F0c1 F1c0 F1c1 B0c1 B0c0 B1c1 B1c0\n")
+
+
+def test_v_placement_follows_the_stages_down_and_back_up():
+    validate(sched(V_PP2))
+    # the same op lists under the looped placement (rank 1 would hold stage 3) cannot run
+    with pytest.raises(ScheduleError):
+        validate(sched(V_PP2.replace(" placement=v", "")))
+
+
+def test_v_placement_errors_name_the_op_on_the_same_rank():
+    # stage 2 (rank 1's chunk 1) needs stage 1's activation, which rank 1 itself makes later
+    err = error_of(V_PP2.replace("r1: F0c0 F0c1", "r1: F0c1 F0c0"))
+    assert err.kind == "order" and err.rank == 1 and err.op == Op("F", 0, 1) and err.waits_for == Op("F", 0, 0)
+    assert str(err) == ("rank 1 runs F0c1 (op 1) before F0c0 (op 2), but F0c1 waits for F0c0: a forward needs the "
+                        "activation of the previous stage")

@@ -13,10 +13,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class ReleaseError(ValueError):
+    """A solution notebook cannot be read; the message names it and says why, in one line."""
+
+
 def release_notebook(path: Path) -> str:
     """The student version of one solution notebook, as the exact text written to ``labs/``."""
     import nbformat
-    from nbgrader.preprocessors import (
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception as exc:  # noqa: BLE001 -- JSON, encoding and schema errors all mean "not a notebook"
+        lines = str(exc).strip().splitlines()
+        raise ReleaseError(f"{path}: not a readable notebook ({type(exc).__name__}: "
+                           f"{lines[0][:200] if lines else 'no detail'})") from None
+    from nbgrader.preprocessors import (  # after reading: a corrupt notebook is named without nbgrader's start-up
         CheckCellMetadata,
         ClearHiddenTests,
         ClearMarkScheme,
@@ -25,7 +35,6 @@ def release_notebook(path: Path) -> str:
         ComputeChecksums,
         LockCells,
     )
-    nb = nbformat.read(str(path), as_version=4)
     resources: dict = {}
     for step in (LockCells, ClearSolutions, ClearOutput, CheckCellMetadata, ComputeChecksums, ClearHiddenTests,
                  ClearMarkScheme, ComputeChecksums, CheckCellMetadata):

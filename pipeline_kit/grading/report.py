@@ -19,6 +19,8 @@ class Report:
 
     notebook: str
     checks: list[Check] = field(default_factory=list)
+    lab: str | None = None    # set by the notebook grader, with the seed its hidden cases were drawn from
+    seed: int | None = None
 
     @property
     def score(self) -> float:
@@ -33,7 +35,10 @@ class Report:
         self.checks.append(Check(name, round(points, 2), max_points, feedback))
 
     def to_dict(self) -> dict:
-        return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
+        head = {"notebook": self.notebook}
+        if self.lab is not None:
+            head.update(lab=self.lab, seed=self.seed)
+        return {**head, "score": self.score, "max_score": self.max_score,
                 "checks": [{"name": c.name, "points": c.points, "max_points": c.max_points, "feedback": c.feedback}
                            for c in self.checks]}
 
@@ -42,4 +47,6 @@ class Report:
         lines = [f"{self.notebook}: {self.score:g} / {self.max_score:g}"]
         for c in self.checks:
             lines.append(f"  {c.name:<{width}}  {c.points:>4g} / {c.max_points:<3g} {c.feedback}")
+        if self.lab is not None:
+            lines.append(f"lab {self.lab}, hidden cases drawn with seed {self.seed} (--seed {self.seed} repeats this grade)")
         return "\n".join(lines)

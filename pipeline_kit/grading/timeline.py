@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from ..schedules import Op, OpParseError, Schedule, ScheduleError, build_schedule
-from ..schedules.validate import F_KEY, G_KEY, check_ops, dataflow, decode_key
+from ..schedules.validate import check_ops, dataflow
 from ..sim import simulate
 from .report import Report
 
@@ -128,24 +128,18 @@ def check_timeline(text: str, pp: int, microbatches: int, schedule: str = "1f1b"
 
 def _first_timing_violation(drawn: Schedule, start: dict, fwd_slots: int, bwd_slots: int) -> str | None:
     """The first op (by slot) that starts before one of its inputs has finished, as a sentence."""
-    pp, stages, mbs = drawn.pp, drawn.stages, drawn.microbatches
-    producer = {}
-    for (r, op) in start:
-        if op.kind in "FBI":
-            producer[(F_KEY if op.kind == "F" else G_KEY, op.microbatch, op.chunk * pp + r)] = (r, op)
     problems = []
     try:
-        for r, op, s, deps in dataflow(drawn):
-            for key in deps:
-                kind, m, ks = decode_key(key, stages, mbs)
-                src_rank, src = producer[(kind, m, ks)]
+        for r, op, _, deps in dataflow(drawn):
+            for dep in deps:
+                src_rank, src = dep.rank, dep.op
                 ends = start[(src_rank, src)] + _slots(src.kind, fwd_slots, bwd_slots)
                 if start[(r, op)] < ends:
                     if op.kind == "W":
                         what = f"its input-grad {src.text()} first"
-                    elif kind == F_KEY and src_rank == r and op.kind != "F":
+                    elif dep.kind == "F" and src_rank == r and op.kind != "F":
                         what = f"its own forward {src.text()}"
-                    elif kind == F_KEY:
+                    elif dep.kind == "F":
                         what = f"the activation of {src.text()} from rank {src_rank}"
                     else:
                         what = f"the gradient of {src.text()} from rank {src_rank}"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..schedules.ops import stage_owner
+
 SYMBOLS = {"E": "embedding", "t": "decoder layer", "L": "loss / output layer"}
 
 
@@ -51,8 +53,8 @@ class Layout:
         return self.num_stages // pp
 
     def owner(self, stage: int, pp: int) -> tuple[int, int]:
-        """``(rank, chunk)`` of ``stage``: rank ``stage % pp``, chunk ``stage // pp``."""
-        return stage % pp, stage // pp
+        """``(rank, chunk)`` of ``stage``: Megatron's looped placement, rank ``stage % pp``, chunk ``stage // pp``."""
+        return stage_owner(stage, pp)
 
     def __str__(self) -> str:
         return "|".join(s.text() for s in self.stages)

@@ -132,8 +132,8 @@ class SyntheticCompute:
     preallocated buffer of the boundary shape.
     """
 
-    def __init__(self, costs, rank: int, pp: int, shape, device, dtype=torch.float32):
-        self.costs, self.rank, self.pp = costs, rank, pp
+    def __init__(self, costs, stage_of_chunk: list[int], shape, device, dtype=torch.float32):
+        self.costs, self.stage_of_chunk = costs, stage_of_chunk  # this rank's virtual stage per chunk
         self.buffer = torch.zeros(shape, device=device, dtype=dtype)
 
     @staticmethod
@@ -147,7 +147,7 @@ class SyntheticCompute:
             pass
 
     def _wait(self, kind: str, chunk: int) -> None:
-        self._sleep(self.costs.duration(kind, chunk * self.pp + self.rank))
+        self._sleep(self.costs.duration(kind, self.stage_of_chunk[chunk]))
 
     def forward(self, chunk: int, mb: int, x) -> torch.Tensor:
         self._wait("F", chunk)

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..schedules import Schedule
+from ..schedules import Schedule, op_messages
 from .faults import Fault, InjectedCrash
-from .p2p import P2P, Message
+from .p2p import P2P
 
 
 @dataclass
@@ -43,22 +43,12 @@ class StepRecord:
     end: float = 0.0
 
 
-def incoming(op, stage: int, last: int) -> Message | None:
-    """The message ``op`` on ``stage`` must receive before it can run, if any."""
-    kind, m, _ = op
-    if kind == "F" and stage > 0:
-        return Message("forward", m, stage - 1, stage)
-    if kind in ("B", "I") and stage < last:
-        return Message("backward", m, stage + 1, stage)
-    return None
-
-
 def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fault: Fault | None = None,
              cuda_sync: bool = False) -> StepRecord:
     """Run ``schedule.ranks[rank]`` once.  ``compute`` is a ModelCompute or SyntheticCompute."""
-    pp, last = schedule.pp, schedule.stages - 1
     ops = schedule.ranks[rank]
-    inbox = [incoming(op, op.chunk * pp + rank, last) for op in ops]
+    stage_of_chunk = schedule.stages_of(rank)
+    inbox, outbox = zip(*op_messages(schedule, rank)) if ops else ((), ())  # what each op receives, sends
     rec = StepRecord()
     live = live_bytes = 0
     t0 = time.perf_counter()
@@ -66,7 +56,7 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
 
     for i, op in enumerate(ops):
         kind, m, chunk = op
-        s = chunk * pp + rank
+        s = stage_of_chunk[chunk]
         start = time.perf_counter() - t0
         received = p2p.recv(inbox[i]) if inbox[i] else None
         if i + 1 < len(ops):
@@ -77,8 +67,8 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
                 raise InjectedCrash(f"rank {rank}: injected crash in the forward of microbatch {m} (--inject)")
             x = tokens[m] if s == 0 else received
             y = compute.forward(chunk, m, x)
-            if s < last:
-                p2p.send(y, Message("forward", m, s, s + 1))
+            if outbox[i] is not None:  # every stage but the last sends its output on
+                p2p.send(y, outbox[i])
                 compute.release_output(chunk, m)
             live += 1
             live_bytes += compute.activation_bytes(chunk, m)
@@ -89,8 +79,8 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
             dy = received  # None on the last stage, which starts from its own loss
             freed = compute.activation_bytes(chunk, m)
             dx = compute.backward(chunk, m, dy, weights=(kind == "B"))
-            if s > 0:
-                p2p.send(dx, Message("backward", m, s, s - 1))
+            if outbox[i] is not None:  # every stage but the first sends its input gradient back
+                p2p.send(dx, outbox[i])
             if kind == "B":  # the backward of (m, s) is complete: its activations are gone
                 live -= 1
                 live_bytes -= freed

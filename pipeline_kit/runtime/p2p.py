@@ -11,7 +11,8 @@ directions join the same two ranks:
    group.  On NCCL, ops of one communicator run in order on one stream, so a send queued before a
    receive to the same peer could wait on a peer doing the same -- separate channels cannot.
 2. **Receive in the sender's order.**  Every rank knows the whole schedule, so it knows the exact
-   sequence of messages each neighbour will send it (:func:`message_plan`).  Receives are posted
+   sequence of messages each neighbour will send it (:func:`~pipeline_kit.schedules.messages.message_plan`,
+   the kit's one message rule).  Receives are posted
    in that order, lazily, up to the one needed now; each carries its sequence number as tag, so a
    skipped message is reported as itself, not as the one after it.
 3. **Buffers live until delivered.**  A gloo send completes only when the receiver posts the
@@ -29,44 +30,15 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ..schedules import Schedule
+from ..schedules.messages import Message, message_plan
 from .faults import Fault
 
-
-@dataclass(frozen=True)
-class Message:
-    """One tensor crossing a stage boundary: an activation going forward or a gradient going back."""
-
-    direction: str  # "forward" | "backward"
-    microbatch: int
-    src_stage: int
-    dst_stage: int
-
-    def what(self, pp: int) -> str:
-        kind = "forward activation" if self.direction == "forward" else "backward gradient"
-        return f"{kind} of microbatch {self.microbatch}, chunk {self.dst_stage // pp} (stage {self.dst_stage})"
-
-
-def message_plan(schedule: Schedule) -> dict[tuple[int, int], list[Message]]:
-    """All messages of one step, per channel ``(src rank, dst rank)``, in the order the sender sends them."""
-    pp, last = schedule.pp, schedule.stages - 1
-    plan: dict[tuple[int, int], list[Message]] = {}
-    for r, ops in enumerate(schedule.ranks):
-        for op in ops:
-            s = op.chunk * pp + r
-            if op.kind == "F" and s < last:
-                msg = Message("forward", op.microbatch, s, s + 1)
-            elif op.kind in "BI" and s > 0:
-                msg = Message("backward", op.microbatch, s, s - 1)
-            else:
-                continue
-            plan.setdefault((r, msg.dst_stage % pp), []).append(msg)
-    return plan
+__all__ = ["P2P", "P2PTimeout", "Message", "message_plan", "measure_latency"]  # Message, message_plan: re-exported
 
 
 class P2PTimeout(RuntimeError):
@@ -113,7 +85,8 @@ class P2P:
     def __init__(self, schedule: Schedule, rank: int, device: torch.device, shape: tuple[int, ...],
                  dtype: torch.dtype = torch.float32, timeout_s: float = 60.0, verbose: bool = False,
                  fault: Fault | None = None, send_shapes: bool = False, via_host: bool = False):
-        self.schedule, self.rank, self.pp = schedule, rank, schedule.pp
+        self.schedule, self.rank, self.pp, self.placement = schedule, rank, schedule.pp, schedule.placement
+        self.rank_of = [schedule.rank_of(s) for s in range(schedule.stages)]
         self.device, self.shape, self.dtype = device, tuple(shape), dtype
         self.timeout_s, self.verbose, self.fault = timeout_s, verbose, fault
         self.send_shapes, self.via_host = send_shapes, via_host
@@ -122,7 +95,7 @@ class P2P:
         # Every rank creates every channel's group, in the same order (new_group is collective).
         self.groups = {ch: dist.new_group(list(ch)) for ch in sorted(self.plan) if ch[0] != ch[1]}
         self.tags = {ch: {msg: i for i, msg in enumerate(msgs)} for ch, msgs in self.plan.items()}
-        self.local: dict[Message, torch.Tensor] = {}  # src and dst stage on this rank (pp = 1)
+        self.local: dict[Message, torch.Tensor] = {}  # src and dst stage on this rank (pp = 1, a V's turn)
         self.sent: dict[int, int] = {}
         self.received: dict[int, int] = {}
         self.skipped = False
@@ -134,7 +107,7 @@ class P2P:
     # -- sending -------------------------------------------------------------------------------
     def send(self, tensor: torch.Tensor, msg: Message) -> None:
         """Post a non-blocking send of ``tensor``; returns at once."""
-        dst = msg.dst_stage % self.pp
+        dst = self.rank_of[msg.dst_stage]
         self._raise_pending_error()
         if dst == self.rank:
             self.local[msg] = tensor.detach()
@@ -142,7 +115,7 @@ class P2P:
         if self.fault and self.fault.kind == "skip-send" and self.fault.rank == self.rank \
                 and self.fault.microbatch == msg.microbatch and not self.skipped:
             self.skipped = True
-            print(f"[rank {self.rank}] INJECTED FAULT (--inject): skipping the send of the {msg.what(self.pp)} "
+            print(f"[rank {self.rank}] INJECTED FAULT (--inject): skipping the send of the {msg.what(self.pp, self.placement)} "
                   f"to rank {dst}", file=sys.stderr, flush=True)
             return
         ch = (self.rank, dst)
@@ -166,7 +139,7 @@ class P2P:
     # -- receiving -----------------------------------------------------------------------------
     def recv(self, msg: Message) -> torch.Tensor:
         """Return the tensor of ``msg``, waiting at most ``timeout_s`` for it."""
-        src = msg.src_stage % self.pp
+        src = self.rank_of[msg.src_stage]
         self._raise_pending_error()
         if src == self.rank:
             return self.local.pop(msg)
@@ -177,7 +150,7 @@ class P2P:
         self._wait(work, lambda: self._recv_desc(msg, src))
         if self._wait_log is not None:
             self._wait_log.append({"rank": self.rank, "peer": src, "direction": msg.direction,
-                                   "microbatch": msg.microbatch, "chunk": msg.dst_stage // self.pp,
+                                   "microbatch": msg.microbatch, "chunk": self.schedule.chunk_of(msg.dst_stage),
                                    "stage": msg.dst_stage, "start": started - self._t0,
                                    "end": time.perf_counter() - self._t0})
         self.received[src] = self.received.get(src, 0) + 1
@@ -189,9 +162,9 @@ class P2P:
         """Post the receive of ``msg`` now (and, first, of every earlier message on its channel) without
         waiting, so the transfer overlaps the compute that comes before it is needed.  With shape
         messages there is no prefetch: a receive cannot be posted before its shape has arrived."""
-        if msg is None or msg.src_stage % self.pp == self.rank or self.send_shapes:
+        if msg is None or self.rank_of[msg.src_stage] == self.rank or self.send_shapes:
             return
-        self._post_up_to((msg.src_stage % self.pp, self.rank), msg)
+        self._post_up_to((self.rank_of[msg.src_stage], self.rank), msg)
 
     def _post_up_to(self, ch, msg: Message) -> None:
         msgs, todo = self.plan[ch], self._pending[ch]
@@ -261,12 +234,12 @@ class P2P:
 
     def _recv_desc(self, msg: Message, src: int, prefix: str = "") -> str:
         return (f"rank {self.rank} timed out after {self.timeout_s:g} s waiting to receive the {prefix}"
-                f"{msg.what(self.pp)} from rank {src}; expected shape {self.shape} {str(self.dtype).replace('torch.', '')}; "
+                f"{msg.what(self.pp, self.placement)} from rank {src}; expected shape {self.shape} {str(self.dtype).replace('torch.', '')}; "
                 f"{self._counts(src)}")
 
     def _send_desc(self, msg: Message, dst: int, prefix: str = "") -> str:
         return (f"rank {self.rank} timed out after {self.timeout_s:g} s waiting for rank {dst} to receive the "
-                f"{prefix}{msg.what(self.pp)}; shape {self.shape}; {self._counts(dst)}")
+                f"{prefix}{msg.what(self.pp, self.placement)}; shape {self.shape}; {self._counts(dst)}")
 
     def _log(self, text: str) -> None:
         if self.verbose:

@@ -12,13 +12,17 @@ from .generators import (
     one_f_one_b,
     zb_h1,
 )
-from .ops import KINDS, Op, OpParseError, Schedule, ScheduleTextError, stage_owner, virtual_stage
+from .messages import Message, message_plan, op_messages, receives, sends
+from .ops import KINDS, PLACEMENTS, Op, OpParseError, Schedule, ScheduleTextError, stage_owner, virtual_stage
 from .select import ScheduleFunction, select_schedule
-from .validate import ScheduleError, check_ops, dataflow, decode_key, is_valid, validate
+from .validate import Dep, ScheduleError, check_ops, dataflow, is_valid, validate
 
 __all__ = [
     "KINDS",
+    "PLACEMENTS",
     "SCHEDULES",
+    "Dep",
+    "Message",
     "Op",
     "OpParseError",
     "Schedule",
@@ -29,15 +33,18 @@ __all__ = [
     "build_schedule",
     "check_ops",
     "dataflow",
-    "decode_key",
     "gpipe",
     "interleaved",
     "interleaved_table",
     "interleaved_warmup",
     "is_valid",
+    "message_plan",
     "no_pipelining",
     "one_f_one_b",
+    "op_messages",
+    "receives",
     "select_schedule",
+    "sends",
     "stage_owner",
     "validate",
     "virtual_stage",

@@ -62,13 +62,35 @@ class Op(NamedTuple):
         return cls(kind, int(mb), int(chunk) if chunk is not None else 0)
 
 
-def virtual_stage(rank: int, chunk: int, pp: int) -> int:
-    """Megatron's interleaved mapping: chunk c of rank r is virtual stage ``c * pp + r``."""
+PLACEMENTS = ("looped", "v")
+
+
+def _check_placement(placement: str, chunks: int) -> None:
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    if placement == "v" and chunks != 2:
+        raise ValueError(f"placement 'v' puts exactly 2 chunks on each rank, got chunks={chunks}")
+
+
+def virtual_stage(rank: int, chunk: int, pp: int, placement: str = "looped") -> int:
+    """The placement rule, written once: the virtual stage that ``chunk`` of ``rank`` holds.
+
+    ``looped`` (Megatron's interleaved mapping, the default): chunk ``c`` of rank ``r`` is stage
+    ``c * pp + r``, so a microbatch goes round the ranks ``v`` times.  ``v`` (ZB-V, DualPipe-V):
+    two chunks per rank, chunk 0 is stage ``r`` and chunk 1 is stage ``2 pp - 1 - r``, so the
+    pipeline runs down the ranks and back up and rank 0 holds both the first and the last stage.
+    Either way a rank's local chunk index is the position of the stage among its stages, in
+    increasing stage order.
+    """
+    if placement == "v":
+        return rank if chunk == 0 else 2 * pp - 1 - rank
     return chunk * pp + rank
 
 
-def stage_owner(stage: int, pp: int) -> tuple[int, int]:
+def stage_owner(stage: int, pp: int, placement: str = "looped") -> tuple[int, int]:
     """Inverse of :func:`virtual_stage`: ``(rank, chunk)`` that holds virtual ``stage``."""
+    if placement == "v":
+        return (stage, 0) if stage < pp else (2 * pp - 1 - stage, 1)
     return stage % pp, stage // pp
 
 
@@ -77,7 +99,9 @@ class Schedule:
     """Per-rank ordered ops: ``ranks[r]`` is what rank ``r`` runs, first to last.
 
     ``chunks`` is the number of model chunks per rank (the virtual pipeline size ``v``); the
-    pipeline has ``pp * chunks`` virtual stages.
+    pipeline has ``pp * chunks`` virtual stages.  ``placement`` says which stage each chunk is
+    (:func:`virtual_stage`): ``"looped"`` (default) or ``"v"``; ask :meth:`stage_of` and
+    :meth:`rank_of` rather than computing it.
     """
 
     name: str
@@ -85,6 +109,7 @@ class Schedule:
     microbatches: int
     chunks: int = 1
     ranks: list[list[Op]] = field(default_factory=list)
+    placement: str = "looped"
 
     def __post_init__(self) -> None:
         for arg in ("pp", "microbatches", "chunks"):
@@ -95,6 +120,7 @@ class Schedule:
             self.ranks = [[] for _ in range(self.pp)]
         if len(self.ranks) != self.pp:
             raise ValueError(f"Schedule has pp={self.pp} but {len(self.ranks)} rank lists")
+        _check_placement(self.placement, self.chunks)
         self.ranks = [[op if isinstance(op, Op) else Op(*op) for op in ops] for ops in self.ranks]
 
     # -- derived facts ---------------------------------------------------------------------
@@ -117,8 +143,21 @@ class Schedule:
         """True when backward is split into input-grad (I) and weight-grad (W) ops."""
         return any(op.kind in "IW" for ops in self.ranks for op in ops)
 
-    def stage_of(self, rank: int, op: Op) -> int:
-        return virtual_stage(rank, op.chunk, self.pp)
+    def stage_of(self, rank: int, chunk: int) -> int:
+        """The virtual stage that model ``chunk`` of ``rank`` holds (the schedule's placement)."""
+        return virtual_stage(rank, chunk, self.pp, self.placement)
+
+    def rank_of(self, stage: int) -> int:
+        """The rank that holds virtual ``stage``."""
+        return stage_owner(stage, self.pp, self.placement)[0]
+
+    def chunk_of(self, stage: int) -> int:
+        """The local chunk index of virtual ``stage`` on the rank that holds it."""
+        return stage_owner(stage, self.pp, self.placement)[1]
+
+    def stages_of(self, rank: int) -> list[int]:
+        """The virtual stages of ``rank``, indexed by local chunk (a lookup table for hot loops)."""
+        return [virtual_stage(rank, c, self.pp, self.placement) for c in range(self.chunks)]
 
     def op_text(self, op: Op) -> str:
         """An op as this schedule prints it: the chunk is shown only when ``chunks > 1``."""
@@ -127,7 +166,8 @@ class Schedule:
     # -- text form -------------------------------------------------------------------------
     def to_text(self) -> str:
         """A header line and one ``rK: op op ...`` line per rank; :meth:`from_text` reads it back."""
-        lines = [f"# schedule={self.name} pp={self.pp} microbatches={self.microbatches} chunks={self.chunks}"]
+        lines = [f"# schedule={self.name} pp={self.pp} microbatches={self.microbatches} chunks={self.chunks}"
+                 + ("" if self.placement == "looped" else f" placement={self.placement}")]
         for r, ops in enumerate(self.ranks):
             lines.append(f"r{r}: " + " ".join(self.op_text(op) for op in ops))
         return "\n".join(lines) + "\n"
@@ -148,9 +188,9 @@ class Schedule:
 
         Lines are ``rK: op op ...`` (``.`` marks an idle slot and is skipped, so a hand-drawn
         timeline grid is also a schedule).  An optional header ``# schedule=NAME pp=P
-        microbatches=M chunks=V`` fixes the sizes; without it they are inferred (pp from the rank
-        rows, microbatches and chunks from the largest numbers used).  Other ``#`` lines and
-        blank lines are ignored.  Errors name the line and the offending token.
+        microbatches=M chunks=V`` (with ``placement=v`` for a V-shaped placement) fixes the sizes;
+        without it they are inferred (pp from the rank rows, microbatches and chunks from the
+        largest numbers used).  Other ``#`` lines and blank lines are ignored.  Errors name the line and the offending token.
         """
         header: dict[str, str] = {}
         rows: dict[int, list[Op]] = {}
@@ -195,17 +235,27 @@ class Schedule:
             raise ScheduleTextError(f"header: {exc}") from None
         if declared_pp != pp:
             raise ScheduleTextError(f"header says pp={declared_pp} but there are {pp} rank lines")
-        return cls(name or header.get("schedule", "custom"), pp, microbatches, chunks, [rows[r] for r in range(pp)])
+        placement = header.get("placement", "looped")
+        try:
+            _check_placement(placement, chunks)
+        except ValueError as exc:
+            raise ScheduleTextError(f"header: {exc}") from None
+        return cls(name or header.get("schedule", "custom"), pp, microbatches, chunks, [rows[r] for r in range(pp)],
+                   placement)
 
     # -- JSON ------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
+        """JSON-ready; ``"placement"`` appears only when it is not the default ``"looped"``."""
+        out = {
             "schedule": self.name,
             "pp": self.pp,
             "microbatches": self.microbatches,
             "chunks": self.chunks,
             "ranks": [[self.op_text(op) for op in ops] for ops in self.ranks],
         }
+        if self.placement != "looped":
+            out["placement"] = self.placement
+        return out
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
@@ -216,7 +266,8 @@ class Schedule:
         if missing:
             raise ScheduleTextError(f"schedule JSON lacks {missing}; expected keys schedule, pp, microbatches, chunks, ranks")
         ranks = [[Op.parse(t) for t in ops] for ops in data["ranks"]]
-        return cls(data.get("schedule", "custom"), int(data["pp"]), int(data["microbatches"]), int(data.get("chunks", 1)), ranks)
+        return cls(data.get("schedule", "custom"), int(data["pp"]), int(data["microbatches"]), int(data.get("chunks", 1)),
+                   ranks, data.get("placement", "looped"))
 
     @classmethod
     def from_json(cls, text: str) -> Schedule:

@@ -17,16 +17,42 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from .ops import Op, Schedule
 
-# A dependency key is an int naming one fact produced by one op, for microbatch m on stage s:
-#   F key  (0 * S + s) * M + m   the forward of (m, s) is done (output sent, tensors saved)
-#   G key  (1 * S + s) * M + m   the gradient w.r.t. stage s's input exists (from B or I)
-#   I key  (2 * S + s) * M + m   the input-grad half is done (what W waits for)
-# Ints index flat lists, which keeps the walk over 65,536 ops well under a second.
-F_KEY, G_KEY, I_KEY = 0, 1, 2
 _KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3}
+_DEP_KINDS = "FGI"
+
+
+class Dep(NamedTuple):
+    """One fact an op waits for, made by one op: what it is, where, and who made it.
+
+    ``kind``: ``"F"`` the forward of (``microbatch``, ``stage``) is done (its output exists, its
+    tensors are saved); ``"G"`` the gradient w.r.t. ``stage``'s input exists (made by ``B`` or
+    ``I``); ``"I"`` the input-grad half is done (what ``W`` waits for).  It was made by ``op``,
+    the ``index``-th op of ``rank`` (so ``finish[rank][index]`` is when it exists).
+    """
+
+    kind: str
+    microbatch: int
+    stage: int
+    rank: int
+    op: Op
+    index: int
+
+    @classmethod
+    def _of_key(cls, key: int, schedule: Schedule) -> Dep:
+        """The fact the walk numbers ``key`` (``(kind * stages + stage) * microbatches + microbatch``, an
+        index into its flat tables), made or not yet."""
+        kind_stage, m = divmod(key, schedule.microbatches)
+        code, s = divmod(kind_stage, schedule.stages)
+        kind = _DEP_KINDS[code]
+        r, c = schedule.rank_of(s), schedule.chunk_of(s)
+        ops = schedule.ranks[r]
+        maker = Op("F" if kind == "F" else "I" if kind == "I" or Op("I", m, c) in ops else "B", m, c)
+        return cls(kind, m, s, r, maker, ops.index(maker))
+
 
 _WHY = {
     "F": "a forward needs the activation of the previous stage",
@@ -56,26 +82,20 @@ class ScheduleError(ValueError):
         self.blocked = blocked or {}
 
 
-def decode_key(key: int, stages: int, microbatches: int) -> tuple[int, int, int]:
-    """``key -> (key kind F_KEY/G_KEY/I_KEY, microbatch, stage)``."""
-    kind_stage, m = divmod(key, microbatches)
-    kind, stage = divmod(kind_stage, stages)
-    return kind, m, stage
-
-
 def check_ops(schedule: Schedule) -> None:
     """Every op names a real microbatch and chunk, and every (kind, microbatch, stage) appears once."""
-    pp, mbs, chunks, stages = schedule.pp, schedule.microbatches, schedule.chunks, schedule.stages
+    mbs, chunks, stages = schedule.microbatches, schedule.chunks, schedule.stages
     sm = stages * mbs
     counts = bytearray(4 * sm)
     code = _KIND_CODE
     for r, ops in enumerate(schedule.ranks):
+        stage_of_chunk = schedule.stages_of(r)
         for i, op in enumerate(ops):
             kind, m, c = op
             k = code.get(kind)
             if k is None or type(m) is not int or type(c) is not int or not (0 <= m < mbs and 0 <= c < chunks):
                 _bad_op(schedule, r, i, op)
-            key = k * sm + (c * pp + r) * mbs + m
+            key = k * sm + stage_of_chunk[c] * mbs + m
             if counts[key]:
                 first = next(j for j, other in enumerate(ops) if other == op)
                 raise ScheduleError(f"rank {r}: {schedule.op_text(op)} appears twice (op {first + 1} and op {i + 1}); "
@@ -106,10 +126,10 @@ def _bad_op(schedule: Schedule, r: int, i: int, op: Op):
 
 def _first_missing(schedule: Schedule, counts: bytearray, sm: int) -> None:
     """Slow path for a broken schedule (or one mixing B with I + W): name the first missing or conflicting op."""
-    pp, mbs, text = schedule.pp, schedule.microbatches, schedule.op_text
+    mbs, text = schedule.microbatches, schedule.op_text
     forward_only = not any(counts[sm:])
     for s in range(schedule.stages):
-        r, c = s % pp, s // pp
+        r, c = schedule.rank_of(s), schedule.chunk_of(s)
         for m in range(mbs):
             at = s * mbs + m
             has = {kind: counts[code * sm + at] for kind, code in _KIND_CODE.items()}
@@ -129,54 +149,90 @@ def _first_missing(schedule: Schedule, counts: bytearray, sm: int) -> None:
                                         f"run exactly once", kind="missing", rank=r, op=op)
 
 
-def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[int, ...]]]:
-    """Yield ``(rank, op, stage, dependency keys)`` in an order where every dependency came first.
+def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[Dep, ...]]]:
+    """Yield ``(rank, op, stage, deps)`` in an order where every dependency came first.
 
-    Each rank runs its list in order; a rank blocked on a key sleeps until that key is produced.
-    The rules (see the module docstring): F(m, s) waits for F(m, s-1); B/I(m, s) for F(m, s) and
-    G(m, s+1); W(m, s) for I(m, s).  If ranks remain blocked when nothing can run, a
-    :class:`ScheduleError` explains the wait.  Callers must have run :func:`check_ops` first.
+    ``deps`` are the :class:`Dep` facts the op waited for.  Each rank runs its list in order; a
+    rank blocked on a fact sleeps until that fact is made.  The rules (see the module docstring):
+    F(m, s) waits for F(m, s-1); B/I(m, s) for F(m, s) and G(m, s+1); W(m, s) for I(m, s).  If
+    ranks remain blocked when nothing can run, a :class:`ScheduleError` explains the wait.
+    Callers must have run :func:`check_ops` first.
+    """
+    return _walk(schedule, describe=True)
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Raise :class:`ScheduleError` unless ``schedule`` is executable; return it for chaining."""
+    check_ops(schedule)
+    for _ in _walk(schedule, describe=False):
+        pass
+    return schedule
+
+
+def _walk(schedule: Schedule, describe: bool):
+    """The walk behind :func:`dataflow`; ``describe=False`` (the validator) skips building the Deps
+    (its ``deps`` are then placeholders).
+
+    Facts are numbered ``(kind * stages + stage) * microbatches + microbatch`` (kinds F, G, I as
+    0, 1, 2), which indexes flat lists and keeps a walk over 65,536 ops well under a second.
     """
     pp, stages, mbs, ranks = schedule.pp, schedule.stages, schedule.microbatches, schedule.ranks
+    stage_table = [schedule.stages_of(r) for r in range(pp)]
     sm = stages * mbs
-    g_base, i_base = G_KEY * sm, I_KEY * sm
+    g_base, i_base = sm, 2 * sm
     last = stages - 1
     pos = [0] * pp
-    done = bytearray(3 * sm)
+    done: list = [None] * (3 * sm)  # each fact once made: its Dep (or True when not describing)
     waiting: dict[int, list[int]] = {}
     blocked_on: dict[int, int] = {}
     ready = deque(range(pp))
+    new_dep = tuple.__new__  # Dep(...) without the NamedTuple constructor's extra call: 65,536 ops
     while ready:
         r = ready.popleft()
         ops = ranks[r]
+        stage_of_chunk = stage_table[r]
         i = pos[r]
         n = len(ops)
         while i < n:
             op = ops[i]
             kind, m, c = op
-            s = c * pp + r
+            s = stage_of_chunk[c]
             here = s * mbs + m
-            if kind == "F":
-                deps = (here - mbs,) if s else ()
-                made = (here,)
-            elif kind == "W":
-                deps = (i_base + here,)
-                made = ()
-            else:  # B or I: own forward, and the gradient from the next stage (the last stage has the loss)
-                deps = (here, g_base + here + mbs) if s < last else (here,)
-                made = (g_base + here, i_base + here) if kind == "I" else (g_base + here,)
             missing = -1
-            for d in deps:
-                if not done[d]:
-                    missing = d
-                    break
+            if kind == "F":  # the activation of the previous stage
+                if s:
+                    a = done[here - mbs]
+                    if a is None:
+                        missing = here - mbs
+                    deps = (a,)
+                else:
+                    deps = ()
+                made, facts = (here,), "F"
+            elif kind == "W":  # its own input-grad half
+                a = done[i_base + here]
+                if a is None:
+                    missing = i_base + here
+                deps = (a,)
+                made, facts = (), ""
+            else:  # B or I: its own forward, and the gradient from the next stage (the last stage has the loss)
+                a = done[here]
+                if a is None:
+                    missing = here
+                if s < last:
+                    b = done[g_base + here + mbs]
+                    if b is None and missing < 0:
+                        missing = g_base + here + mbs
+                    deps = (a, b)
+                else:
+                    deps = (a,)
+                made, facts = ((g_base + here, i_base + here), "GI") if kind == "I" else ((g_base + here,), "G")
             if missing >= 0:
                 waiting.setdefault(missing, []).append(r)
                 blocked_on[r] = missing
                 break
             yield r, op, s, deps
-            for key in made:
-                done[key] = 1
+            for key, fact in zip(made, facts):
+                done[key] = new_dep(Dep, (fact, m, s, r, op, i)) if describe else True
                 if waiting:
                     woken = waiting.pop(key, None)
                     if woken:
@@ -189,14 +245,6 @@ def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[int, ...]
         raise _explain_stuck(schedule, pos, blocked_on)
 
 
-def validate(schedule: Schedule) -> Schedule:
-    """Raise :class:`ScheduleError` unless ``schedule`` is executable; return it for chaining."""
-    check_ops(schedule)
-    for _ in dataflow(schedule):
-        pass
-    return schedule
-
-
 def is_valid(schedule: Schedule) -> bool:
     try:
         validate(schedule)
@@ -206,15 +254,9 @@ def is_valid(schedule: Schedule) -> bool:
 
 
 def _producer(schedule: Schedule, key: int) -> tuple[int, Op, str]:
-    """The rank and op that produce ``key``, and the key's kind letter."""
-    kind, m, s = decode_key(key, schedule.stages, schedule.microbatches)
-    r, c = s % schedule.pp, s // schedule.pp
-    if kind == F_KEY:
-        return r, Op("F", m, c), "F"
-    if kind == G_KEY:
-        has_i = Op("I", m, c) in schedule.ranks[r]
-        return r, Op("I" if has_i else "B", m, c), "G"
-    return r, Op("I", m, c), "I"
+    """The rank and op that produce ``key``, and the fact's kind letter."""
+    dep = Dep._of_key(key, schedule)
+    return dep.rank, dep.op, dep.kind
 
 
 def _why(op: Op, key_kind: str) -> str:

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..schedules.messages import op_messages
 from ..schedules.ops import Schedule
 
 COMM_KINDS = ("send", "recv", "isend")
@@ -297,22 +298,14 @@ def runtime_program(schedule: Schedule, rank: int, send: str = "isend") -> list:
     _check_plain(schedule)
     if send not in ("send", "isend"):
         raise ValueError(f"send must be 'send' or 'isend', got {send!r}")
-    last = schedule.pp - 1
     prog: list = []
-    for op in schedule.ranks[rank]:
-        name = op.text()
-        if op.kind == "F":
-            if rank > 0:
-                prog.append(("recv", rank - 1, name))
-            prog.append(name)
-            if rank < last:
-                prog.append((send, rank + 1, name))
-        else:
-            if rank < last:
-                prog.append(("recv", rank + 1, name))
-            prog.append(name)
-            if rank > 0:
-                prog.append((send, rank - 1, name))
+    for op, (received, sent) in zip(schedule.ranks[rank], op_messages(schedule, rank)):
+        name = op.text()  # a message is named after the op that makes it, which is also the op that uses it
+        if received:
+            prog.append(("recv", schedule.rank_of(received.src_stage), name))
+        prog.append(name)
+        if sent:
+            prog.append((send, schedule.rank_of(sent.dst_stage), name))
     return prog
 
 

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
 
+from ..schedules.ops import stage_owner
+
 Number = int | float
 PerStage = Number | Sequence[Number]
 
@@ -23,8 +25,12 @@ class CostError(ValueError):
     """A cost argument has the wrong shape or sign; the message names the argument."""
 
 
-def per_virtual_stage(value: PerStage, pp: int, chunks: int, name: str) -> list:
-    """Resolve a scalar / per-rank / per-virtual-stage cost into one number per virtual stage."""
+def per_virtual_stage(value: PerStage, pp: int, chunks: int, name: str, placement: str = "looped") -> list:
+    """Resolve a scalar / per-rank / per-virtual-stage cost into one number per virtual stage.
+
+    A per-rank value goes to every stage that rank holds (``placement``: see
+    :func:`~pipeline_kit.schedules.ops.virtual_stage`), each taking ``1/chunks`` of it.
+    """
     stages = pp * chunks
     if isinstance(value, Real) and not isinstance(value, bool):
         values = [value] * pp
@@ -43,8 +49,8 @@ def per_virtual_stage(value: PerStage, pp: int, chunks: int, name: str) -> list:
             raise CostError(f"{name} values must be non-negative numbers, got {v!r}")
     if len(values) == stages:
         return values  # one value per virtual stage (with one chunk, per rank): taken as is
-    # per-rank values with v chunks: chunk c of rank r is virtual stage c * pp + r and takes 1/v
-    return [values[s % pp] / chunks for s in range(stages)]
+    # per-rank values with v chunks: each of a rank's v stages takes 1/v of the rank's value
+    return [values[stage_owner(s, pp, placement)[0]] / chunks for s in range(stages)]
 
 
 @dataclass
@@ -68,13 +74,13 @@ class Costs:
     bandwidth: Number | None = None
     activation_bytes: PerStage = 0
 
-    def resolve(self, pp: int, chunks: int) -> StageCosts:
-        fwd = per_virtual_stage(self.fwd, pp, chunks, "fwd")
-        bwd = per_virtual_stage(self.bwd, pp, chunks, "bwd")
+    def resolve(self, pp: int, chunks: int, placement: str = "looped") -> StageCosts:
+        fwd = per_virtual_stage(self.fwd, pp, chunks, "fwd", placement)
+        bwd = per_virtual_stage(self.bwd, pp, chunks, "bwd", placement)
         if self.wgrad is None:
             wgrad = [b / 2 for b in bwd]
         else:
-            wgrad = per_virtual_stage(self.wgrad, pp, chunks, "wgrad")
+            wgrad = per_virtual_stage(self.wgrad, pp, chunks, "wgrad", placement)
             for s, (w, b) in enumerate(zip(wgrad, bwd)):
                 if w > b:
                     raise CostError(f"wgrad on stage {s} is {w}, larger than the whole backward bwd={b}; "
@@ -94,7 +100,7 @@ class Costs:
         if any(b and self.bandwidth is None for b in nbytes):
             raise CostError("p2p_bytes needs a bandwidth (bytes per time unit) to turn bytes into time")
         comm = [self.p2p_latency + (b / self.bandwidth if b else 0) for b in nbytes]
-        act = per_virtual_stage(self.activation_bytes, pp, chunks, "activation_bytes")
+        act = per_virtual_stage(self.activation_bytes, pp, chunks, "activation_bytes", placement)
         return StageCosts(fwd, bwd, wgrad, comm, nbytes, act)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..schedules.messages import receives
 from ..schedules.ops import Op, Schedule
-from ..schedules.validate import F_KEY, G_KEY, I_KEY, check_ops, dataflow
+from ..schedules.validate import check_ops, dataflow
 from .costs import Costs, StageCosts
 
 
@@ -28,7 +29,8 @@ class Event(NamedTuple):
 
 
 class Transfer(NamedTuple):
-    """One P2P message: an activation (``forward``) or an input gradient (``backward``)."""
+    """One P2P message (:mod:`~pipeline_kit.schedules.messages`) on the timeline: an activation
+    (``forward``) or an input gradient (``backward``) between two ranks."""
 
     src: int
     dst: int
@@ -122,15 +124,15 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
     elif cost_kwargs:
         raise TypeError("pass either a Costs object or cost keyword arguments, not both")
     pp = schedule.pp
-    sc = costs.resolve(pp, schedule.chunks)
+    sc = costs.resolve(pp, schedule.chunks, schedule.placement)
     check_ops(schedule)
 
-    stages, mbs = schedule.stages, schedule.microbatches
-    sm = stages * mbs
+    stages = schedule.stages
+    last = stages - 1
     comm, nbytes, act = sc.comm, sc.nbytes, sc.activation_bytes
     duration = {"F": sc.fwd, "B": sc.bwd, "I": [b - w for b, w in zip(sc.bwd, sc.wgrad)], "W": sc.wgrad}
     keep = not schedule.forward_only
-    end = [0] * (3 * sm)  # finish time of the op that produced each dependency key
+    finish_of: list[list] = [[] for _ in range(pp)]  # finish time of every op, by rank and index in its list
     free = [0] * pp
     busy = [0] * pp
     live = [0] * pp
@@ -139,40 +141,36 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
     peak_bytes = [0] * pp
     events: list[Event] = []
     transfers: list[Transfer] = []
+    # what an op of each kind on each stage receives (the message rule): its direction and boundary
+    incoming = {kind: [msg and (msg.direction, msg.boundary) for msg in (receives(kind, 0, s, last)
+                                                                         for s in range(stages))]
+                for kind in "FBI"}
+    new = tuple.__new__  # Event(...) / Transfer(...) without the NamedTuple constructor's extra call
     for r, op, s, deps in dataflow(schedule):
-        start = free[r]
-        for key in deps:
-            t = end[key]
-            kind_stage, m = divmod(key, mbs)
-            key_kind, ks = divmod(kind_stage, stages)
-            if ks % pp != r:  # produced on another rank: it crosses a boundary
-                forward = key_kind == F_KEY
-                boundary = ks if forward else ks - 1
-                arrive = t + comm[boundary]
-                transfers.append(Transfer(ks % pp, r, m, "forward" if forward else "backward", boundary, t, arrive,
-                                          nbytes[boundary]))
-                t = arrive
-            start = max(start, t)
         kind, m, _ = op
+        start = free[r]
+        for _, _, _, src, _, index in deps:  # each Dep: the fact, and the rank and index of the op that made it
+            t = finish_of[src][index]
+            if src != r:  # made on another rank: it is the message this op receives
+                direction, boundary = incoming[kind][s]
+                arrive = t + comm[boundary]
+                transfers.append(new(Transfer, (src, r, m, direction, boundary, t, arrive, nbytes[boundary])))
+                t = arrive
+            if t > start:
+                start = t
         dur = duration[kind][s]
         finish = start + dur
         free[r] = finish
         busy[r] += dur
-        events.append(Event(r, op, s, start, finish))
-        here = s * mbs + m
+        events.append(new(Event, (r, op, s, start, finish)))
+        finish_of[r].append(finish)  # each rank's ops come in its own order
         if kind == "F":
-            end[here] = finish
             if keep:
                 live[r] += 1
                 live_bytes[r] += act[s]
                 peak[r] = max(peak[r], live[r])
                 peak_bytes[r] = max(peak_bytes[r], live_bytes[r])
-        else:
-            if kind != "W":
-                end[G_KEY * sm + here] = finish
-            if kind == "I":
-                end[I_KEY * sm + here] = finish
-            else:  # B or W ends the backward of (m, s): its activations are freed
-                live[r] -= 1
-                live_bytes[r] -= act[s]
+        elif kind != "I":  # B or W ends the backward of (m, s): its activations are freed
+            live[r] -= 1
+            live_bytes[r] -= act[s]
     return SimResult(schedule, sc, events, transfers, busy, peak, peak_bytes)

@@ -9,11 +9,15 @@ into it, so they may initialise freely.
 
 from __future__ import annotations
 
-import re
 
 from ...layout import PRESETS, Layout, ModelSpec, StageSpec, even_layout, stage_costs
 from ...schedules import build_schedule
 from ...sim import simulate
+from ..labs.live import (  # noqa: F401 -- live-object checks and the grader-run job (live.py)
+    GRAD_RUN,
+    check_build_stage,
+    check_grad_run,
+)
 from .common import (
     call,
     check,
@@ -23,7 +27,6 @@ from .common import (
     expect_number,
     expect_type,
     fail,
-    student_layout,
 )
 
 
@@ -90,74 +93,6 @@ def check_stage_parts(fn, cases) -> None:
             fail(f"{what}['layers'] has {len(mine)} layers, expected {len(want)}: {layers} layers over {n} stages "
                  "give the first stages one extra each when it does not divide (split_layers)")
         fail(f"{what}['layers'] is {mine}, expected {want}")
-
-
-def _stages(fn, cfg, n):
-    import torch
-    out = []
-    for s in range(n):
-        torch.manual_seed(100 + s)
-        m = call(fn, cfg, s, n, name="build_my_stage")
-        if not isinstance(m, torch.nn.Module):
-            fail(f"build_my_stage(cfg, {s}, {n}) must return an nn.Module, got {type(m).__name__}")
-        from ...runtime.model import GPT, StageModule
-        if isinstance(m, (StageModule, GPT)):
-            fail(f"build_my_stage returned the kit's {type(m).__name__}: build the stage yourself from Embedding, "
-                 "Block and Head (build_stage is the reference this check compares with)")
-        out.append(m)
-    return out
-
-
-@check
-def check_build_stage(fn, cases) -> None:
-    import torch
-
-    from ...runtime.model import GPT, lm_loss, make_batch
-    for cfg, n in cases:
-        stages = _stages(fn, cfg, n)
-        owner: dict[str, int] = {}
-        for s, m in enumerate(stages):
-            for name in m.state_dict():
-                if name in owner:
-                    why = {"embedding": "only the first stage builds the embedding",
-                           "head": "only the last stage builds the head"}.get(name.split(".")[0], "each layer lives on one stage")
-                    fail(f"{name} is built on stages {owner[name]} and {s}: each rank builds only its own part ({why})")
-                owner[name] = s
-        ref = GPT(cfg)
-        want_names = set(ref.state_dict())
-        extra, missing = set(owner) - want_names, want_names - set(owner)
-        if extra:
-            fail(f"your stages have parameters the kit's GPT does not name this way, e.g. {min(extra)!r}; name "
-                 "the parts embedding, blocks.<global layer id> (an nn.ModuleDict) and head, as the kit's GPT does")
-        if missing:
-            name = min(missing)
-            fail(f"no stage holds {name!r} ({len(missing)} parameter tensor(s) missing for cfg.layers={cfg.layers}, "
-                 f"{n} stages)")
-        for s, m in enumerate(stages):
-            kit = _kit_stage(cfg, s, n)
-            if set(m.state_dict()) != set(kit.state_dict()):
-                fail(f"stage {s} of {n} holds {min(set(m.state_dict()) ^ set(kit.state_dict()))!r}, which "
-                     "build_stage puts elsewhere (even split, earlier stages take the extra layers)")
-        ref.load_state_dict({k: v for m in stages for k, v in m.state_dict().items()})
-        tokens, targets = make_batch(cfg, 1, 2, 0)
-        x = tokens[0]
-        for s, m in enumerate(stages):
-            x = call(m, x, name=f"stage {s}'s forward")
-        want = ref(tokens[0])
-        if not isinstance(x, torch.Tensor) or x.shape != want.shape:
-            fail(f"chaining your {n} stages gives {describe(getattr(x, 'shape', x))}, the model gives logits of shape "
-                 f"{tuple(want.shape)}: the last stage must end with the final norm and the output layer")
-        if not torch.allclose(x, want, rtol=1e-5, atol=1e-6):
-            fail(f"chaining your {n} stages gives other logits than the model with the same parameters (max "
-                 f"difference {float((x - want).abs().max()):.2e}): check the order embedding -> blocks in layer "
-                 "order -> head")
-        lm_loss(x, targets[0]).backward()
-        lm_loss(want, targets[0]).backward()
-        grads = dict(ref.named_parameters())
-        for s, m in enumerate(stages):
-            for name, p in m.named_parameters():
-                if p.grad is None or not torch.allclose(p.grad, grads[name].grad, rtol=1e-4, atol=1e-7):
-                    fail(f"stage {s}: the gradient of {name} differs from the single-process model's")
 
 
 @check
@@ -272,34 +207,6 @@ def check_cost_table(fn, cases) -> None:
                 if key == "fwd_flops" and close(a, b / (spec.seq_len * spec.micro_batch_size), rel=1e-9):
                     fail(f"{what}['fwd_flops'][{s}] is per token; give it per microbatch (x s*b)")
                 fail(f"{what}[{key!r}][{s}] is {a:,.0f}, stage_costs gives {b:,.0f}")
-
-
-@check
-def check_grad_run(layout_text, predicted, run, run_args, pp: int = 4) -> None:
-    cfg, mbs, _ = cfg_from_run(run_args)
-    lay = student_layout(layout_text, "my_layout", pp, cfg.layers)
-    sizes = [len(s.layers) for s in lay.stages]
-    if not (sizes[0] < max(sizes[1:-1]) and sizes[-1] < max(sizes[1:-1])):
-        fail(f"my_layout gives the stages {sizes} decoder layers: the endpoint stages already carry the embedding and "
-             "the output layer, so give each of them fewer decoder layers than the busiest middle stage")
-    want = [c.params for c in stage_costs(lay, spec_of(cfg, mbs), pp)]
-    expect_type(predicted, (list, tuple), "my_layout_params")
-    if list(predicted) != want:
-        fail(f"my_layout_params is {describe(list(predicted))}; stage_costs(parse_layout(my_layout), ModelSpec(...), "
-             f"{pp}) counts the stages of that layout for the run's model (see `python -m pipeline_kit.run --help`)")
-    out = getattr(run, "stdout", "") or ""
-    if getattr(run, "returncode", 1) != 0:
-        err = (getattr(run, "stderr", "") or "").strip().splitlines()
-        fail(f"the torchrun job failed (return code {getattr(run, 'returncode', None)}): "
-             f"{err[-1] if err else 'no message'}")
-    m = re.search(r"parameters per stage: ([\d, ]+)", out)
-    printed = [int(x.replace(",", "")) for x in re.findall(r"[\d,]+\d", m.group(1))] if m else None
-    if printed != want:
-        fail(f"the run built stages with {printed} parameters, the layout predicts {want}")
-    g = re.search(r"grads match the single-process reference: (\w+)", out)
-    if not g or g.group(1) != "True":
-        fail("the real run's gradients do not match the single-process reference: "
-             f"{g.group(0) if g else 'no gradient check in its output (pass --check-grads)'}")
 
 
 # -- M047 follow-up ------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def expected_run(summary: dict) -> dict[str, list]:
     cfg = summary["config"]
     one = cfg["seq_len"] * summary["micro_batch_size"] * cfg["hidden"] * 4  # the runtime trains in fp32
     stages = pp * v
-    sends = [sum(1 for c in range(v) if c * pp + r < stages - 1) for r in range(pp)]
+    sends = [sum(1 for s in sched.stages_of(r) if s < stages - 1) for r in range(pp)]
     return {"peak_activations": simulate(sched).peak_activations,
             "deallocated_output_bytes": [n * m * one for n in sends]}
 

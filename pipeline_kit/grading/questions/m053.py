@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-from ...schedules import build_schedule
+from ...schedules import build_schedule, stage_owner
+from ..labs.live import check_deallocate  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
 from .common import (
     call,
@@ -173,40 +174,6 @@ def check_blocking_program(fn, cases) -> None:
             fail(f"pp={pp}, M={m} hangs: {res.report().splitlines()[0]}{hint}")
 
 
-@check
-def check_deallocate(fn) -> None:
-    import torch
-
-    from ...runtime.compute import _run_backward
-    torch.manual_seed(0)
-    x = torch.randn(2, 8, 16, requires_grad=True)
-    y = torch.tanh(x * 1.5)
-    grad = torch.randn(2, 8, 16)
-    want = torch.autograd.grad(torch.tanh(x * 1.5), x, grad)[0]
-    payload = y.detach()  # what P2P.send hands to isend: a second reference to the same storage
-    before = payload.clone()
-    nbytes = payload.untyped_storage().nbytes()
-    call(fn, y, name="deallocate_output")
-    if payload.untyped_storage().nbytes() != nbytes:
-        fail("deallocate_output resized the storage the in-flight send still reads: the send would transmit "
-             "garbage or crash. Drop the output's reference (replace y.data), never free the storage in place")
-    if not torch.equal(payload, before):
-        fail("deallocate_output changed the bytes the in-flight send still reads (the send holds the same "
-             "storage until delivery): do not write into it (zero_, fill_, copy_); replace y.data instead")
-    if y.grad_fn is None:
-        fail("after deallocate_output the output has no grad_fn: backward of this microbatch can no longer run. "
-             "Keep the tensor object and its graph; only its data goes")
-    if y.numel() != 1:
-        fail(f"after deallocate_output the output still holds {y.numel()} elements: the memory stays allocated "
-             "until backward. Replace y.data with a 1-element tensor (Megatron's deallocate_output_tensor)")
-    try:
-        _run_backward((y,), (grad,), keep_graph=False)
-    except Exception as exc:  # noqa: BLE001 - reported as feedback
-        fail(f"backward through the deallocated output failed: {type(exc).__name__}: {exc}")
-    if x.grad is None or not torch.allclose(x.grad, want):
-        fail("backward through the deallocated output gave a wrong input gradient: the graph must stay intact")
-
-
 FIELD_KEYS = ("rank", "peer", "direction", "microbatch", "chunk", "stage", "shape", "dtype", "received", "sent",
               "began")
 
@@ -214,7 +181,7 @@ FIELD_KEYS = ("rank", "peer", "direction", "microbatch", "chunk", "stage", "shap
 def kit_line(rank, peer, msg, pp, shape, dtype, received, sent, began, timeout_s=2.0) -> str:
     """A timeout line exactly as the runtime prints it, from the runtime's own formatter."""
     from ...runtime.p2p import P2P
-    ns = SimpleNamespace(rank=rank, timeout_s=timeout_s, pp=pp, shape=shape, dtype=dtype,
+    ns = SimpleNamespace(rank=rank, timeout_s=timeout_s, pp=pp, placement="looped", shape=shape, dtype=dtype,
                          received={peer: received}, sent={peer: sent})
     ns._counts = lambda p: P2P._counts(ns, p)
     return f"[rank {rank}] P2P TIMEOUT: {P2P._recv_desc(ns, msg, peer)} (the wait began {began:.3f} s into the step)"
@@ -291,7 +258,7 @@ def check_parse_timeout_kit(fn) -> None:
     for rank, peer, msg, pp, shape, dtype, rec, sent, began in cases:
         line = kit_line(rank, peer, msg, pp, shape, dtype, rec, sent, began)
         want = {"rank": rank, "peer": peer, "direction": msg.direction, "microbatch": msg.microbatch,
-                "chunk": msg.dst_stage // pp, "stage": msg.dst_stage, "shape": shape,
+                "chunk": stage_owner(msg.dst_stage, pp)[1], "stage": msg.dst_stage, "shape": shape,
                 "dtype": str(dtype).replace("torch.", ""), "received": rec, "sent": sent, "began": began}
         _check_fields(fn, line, want)
 

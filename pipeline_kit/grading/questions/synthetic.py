@@ -22,8 +22,7 @@ from ...layout import (
 )
 from ...layout.balance import plan_for
 from ...layout.commands import item_times_from_flops
-from ...schedules import build_schedule, check_ops, dataflow, decode_key
-from ...schedules.validate import F_KEY, G_KEY
+from ...schedules import build_schedule, check_ops, dataflow
 from .common import (
     close,
     fail,
@@ -56,15 +55,14 @@ def make_trace(fwd_ms, bwd_ms, microbatches: int, p2p_ms: float = 0.0, jitter: f
     for r, op, s, deps in dataflow(sched):
         kind, m, c = op
         ready = free[r]
-        for key in deps:
-            key_kind, _, ks = decode_key(key, sched.stages, microbatches)
-            if ks == s:  # its own forward: already on this rank
-                ready = max(ready, done[key])
+        for dep in deps:
+            if dep.stage == s:  # its own forward: already on this rank
+                ready = max(ready, done[(dep.rank, dep.op)])
                 continue
-            arrive = done[key] + p2p_ms
+            arrive = done[(dep.rank, dep.op)] + p2p_ms
             if arrive <= free[r]:  # already there: no wait to record
                 continue
-            waits.append({"rank": r, "peer": ks % pp, "direction": "forward" if key_kind == F_KEY else "backward",
+            waits.append({"rank": r, "peer": dep.rank, "direction": "forward" if dep.kind == "F" else "backward",
                           "microbatch": m, "chunk": c, "stage": s, "start": free[r] / 1e3,
                           "end": arrive / 1e3})
             ready = max(ready, arrive)
@@ -73,8 +71,7 @@ def make_trace(fwd_ms, bwd_ms, microbatches: int, p2p_ms: float = 0.0, jitter: f
         timeline.append({"rank": r, "op": sched.op_text(op), "kind": kind, "microbatch": m, "chunk": c, "stage": s,
                          "start": free[r] / 1e3, "end": (ready + dur) / 1e3})
         free[r] = ready + dur
-        made = F_KEY if kind == "F" else G_KEY  # a forward's activation / a backward's input gradient
-        done[(made * sched.stages + s) * microbatches + m] = ready + dur
+        done[(r, op)] = ready + dur
     layers = parse_layout(layout).num_layers if layout else None
     return {"schedule": "1f1b", "pp": pp, "microbatches": microbatches, "chunks": 1, "source": "lab07 (synthetic)",
             "makespan": max(free) / 1e3, "p2p_latency": p2p_ms / 1e3, "layers": layers, "layout": layout,

@@ -1,0 +1,269 @@
+"""Grade a lab notebook: the student's cells run in a sandboxed kernel, every check runs here.
+
+Why two processes (README.md in this folder is the contract): whatever runs in the student's kernel can be
+changed by the student -- the check functions, the kit's classes, the outputs, even the grader's view of an
+error.  So the kernel runs only the given and answer cells (and the visible test cells' imports and
+assignments); each canonical test cell, hidden part included, runs in this process, at its place in the
+notebook, on names resolved by :mod:`.names` -- the grader's own imports and values, or the student's values
+fetched as plain data (:mod:`.wire`).  The score is computed from what those cells do here, nothing else.
+
+A kernel death costs the cell that caused it: the kernel is restarted, the cells above are replayed (the fatal
+one skipped) and grading goes on, so later checks never turn into ``NameError``s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+
+from . import names, remote
+from .kernel import CellResult, KernelDied, KernelUnavailable, StudentKernel, StudentTimeout
+from .notebook import DEFAULT_TIMEOUT, GradeError, canonical_for, cell_kind, merge, nbgrader_meta, read_notebook
+from .report import Report
+from .wire import WireError
+
+MAX_RESTARTS = 5
+FEEDBACK_LIMIT = 400
+
+
+def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
+                   progress=None, seed: int | None = None, sandboxed: bool = True, warn=None) -> Report:
+    """Grade the notebook at ``path``: one rubric check per test cell of its canonical lab.
+
+    ``seed`` draws the hidden cases (a fresh one per grade by default; the report shows it); ``warn`` gets the
+    one-line warning printed when the kernel cannot be sandboxed; ``progress(i, n)`` is called per cell.
+    """
+    path = Path(path)
+    warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
+    student = read_notebook(path)
+    lab, canonical = canonical_for(student, path, sources)
+    merged = merge(student, canonical)
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    with tempfile.TemporaryDirectory(prefix="pipeline-kit-grade-", dir=work_parent()) as work:
+        run = Run(merged.nb, canonical, Path(work), sources, timeout, seed, sandboxed, warn, progress)
+        try:
+            results = run.execute()
+        finally:
+            run.stop()
+    return build_report(str(path), lab, seed, merged, results)
+
+
+def work_parent() -> str | None:
+    """Where the grade's folder goes: ``$TMPDIR`` (tempfile's choice), or ``/tmp`` when that path is so long
+    that the kernel's IPC socket paths inside it would pass the 107-byte limit of a Unix socket path."""
+    default = tempfile.gettempdir()
+    return default if len(default) <= 40 or not os.path.isdir("/tmp") else "/tmp"
+
+
+class Run:
+    """One grade's execution: the kernel (restarted after a death), the grader's namespace, the results."""
+
+    def __init__(self, nb, canonical, work: Path, sources, timeout, seed, sandboxed, warn, progress):
+        from .notebook import source_dir
+        self.cells = nb["cells"]
+        self.work, self.sources = work, (sources or source_dir())
+        self.timeout, self.seed, self.sandboxed, self.warn, self.progress = timeout, seed, sandboxed, warn, progress
+        canon = [(cell_kind(c), nbgrader_meta(c).get("grade_id", ""), c.get("source", "")) for c in canonical["cells"]]
+        self.resolver = names.Resolver(canon)
+        self.canon_index = {gid: i for i, (kind, gid, _) in enumerate(canon) if kind == "test"}
+        self.kinds = [cell_kind(c) for c in self.cells]
+        self.kernel: StudentKernel | None = None
+        self.session: remote.GradingSession | None = None
+        self.starts = 0
+        self.namespace: dict = {"__name__": "pipeline_kit_grader"}
+        self.fatal: set[int] = set()           # kernel cells that killed the kernel: replaced by their error
+        self.fatal_prelude: set[int] = set()   # test cells whose kernel prelude killed it
+        self.results: list[CellResult | None] = [None] * len(self.cells)
+
+    def limit(self, i: int) -> float:
+        meta = self.cells[i].get("metadata", {}).get("pipeline_kit", {}) or {}
+        extra = meta.get("timeout", 0)
+        return max(self.timeout, float(extra) if isinstance(extra, (int, float)) else 0.0)
+
+    # -- the kernel ----------------------------------------------------------------------------------------
+
+    def start_kernel(self, upto: int) -> bool:
+        """A fresh kernel with the cells above ``upto`` replayed; False when the restarts are used up."""
+        while True:
+            if self.starts > MAX_RESTARTS:
+                return False
+            self.starts += 1
+            self.kernel = StudentKernel(self.work, self.sources, self.sandboxed, self.warn, tag=str(self.starts))
+            self.sandboxed = self.kernel.sandboxed  # a fallback is announced once, not per restart
+            self.session = remote.GradingSession(self.kernel, self.seed)
+            died = self.replay(upto)
+            if died is None:
+                return True
+            self.drop_kernel()
+
+    def replay(self, upto: int) -> int | None:
+        for i in range(upto):
+            res = self.run_kernel_part(i)
+            if res is not None and res.status == "died":
+                return i
+        return None
+
+    def run_kernel_part(self, i: int) -> CellResult | None:
+        """Run cell ``i``'s share in the kernel: a whole given/answer/extra cell, or a test cell's prelude."""
+        kind = self.kinds[i]
+        if kind in ("given", "answer", "extra"):
+            if i in self.fatal:
+                return None
+            res = self.kernel.run_cell(self.cells[i]["source"], self.limit(i))
+            if res.status == "died":
+                self.fatal.add(i)
+                self.results[i] = res
+            return res
+        if kind == "test" and i not in self.fatal_prelude:
+            prelude = names.kernel_prelude(self.cells[i]["source"])
+            if prelude:
+                res = self.kernel.run_cell(prelude, self.limit(i))
+                if res.status == "died":
+                    self.fatal_prelude.add(i)
+                return res
+        return None
+
+    def drop_kernel(self) -> None:
+        if self.kernel is not None:
+            self.kernel.shutdown()
+        self.kernel = self.session = None
+
+    def stop(self) -> None:
+        remote.activate(None)
+        self.drop_kernel()
+
+    # -- the notebook, top to bottom -----------------------------------------------------------------------
+
+    def execute(self) -> list[CellResult]:
+        for i, kind in enumerate(self.kinds):
+            if kind == "markdown":
+                self.results[i] = CellResult("ok")
+                continue
+            if self.progress:
+                self.progress(i, len(self.cells))
+            if self.kernel is None:
+                try:
+                    alive = self.start_kernel(i)
+                except KernelUnavailable as exc:
+                    raise GradeError(f"cannot grade: {exc}") from None
+                if not alive:
+                    self.give_up(i)
+                    break
+            if kind == "test":
+                res = self.run_kernel_part(i)
+                if res is not None and res.status == "died":
+                    self.drop_kernel()
+                    self.results[i] = CellResult("died", f"the kernel died while running this test's setup: "
+                                                         f"{res.message}")
+                    continue
+                self.results[i] = self.run_test(i)
+                if self.results[i].status == "died":
+                    self.drop_kernel()
+            else:
+                res = self.run_kernel_part(i)
+                self.results[i] = res or self.results[i] or CellResult("ok")
+                if res is not None and res.status == "died":
+                    self.drop_kernel()
+        return [r or CellResult("skipped", "not run") for r in self.results]
+
+    def give_up(self, at: int) -> None:
+        for i in range(at, len(self.cells)):
+            if self.results[i] is None:
+                self.results[i] = CellResult("skipped", "not run: the kernel died too many times")
+
+    def run_test(self, i: int) -> CellResult:
+        """Run the canonical test cell ``i`` here, its student names fetched from the kernel as data."""
+        source = self.cells[i]["source"]
+        gid = nbgrader_meta(self.cells[i]).get("grade_id", "")
+        origins = self.resolver.origins(self.canon_index.get(gid, -1)) if gid in self.canon_index else {}
+        self.session.timeout = self.limit(i)
+        try:
+            self.bind_names(origins)
+            remote.activate(self.session)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                exec(compile(source, f"<test cell {gid}>", "exec"), self.namespace)  # noqa: S102 -- canonical test
+        except StudentTimeout as exc:
+            return CellResult("timeout", f"your code {exc} (an infinite loop? a wait that never ends?)")
+        except KernelDied as exc:
+            return CellResult("died", f"{exc} (while the grader ran your code)")
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- a failed check: its message is the feedback
+            return CellResult("error", f"{type(exc).__name__}: {exc}")
+        finally:
+            remote.activate(None)
+        return CellResult("ok")
+
+    def bind_names(self, origins: dict) -> None:
+        ns = self.namespace
+        student = []
+        for name, origin in origins.items():
+            if origin.side == names.IMPORT:
+                exec(origin.statement, ns)  # noqa: S102 -- an import statement of a canonical given cell
+            elif origin.side == names.STUDENT:
+                student.append(name)
+        if not student:
+            return
+        reply = self.session.request({"op": "fetch", "names": student})
+        values = reply.get("values")
+        if not isinstance(values, dict):
+            raise remote.StudentCodeError("the kernel sent a malformed answer")
+        for name in student:
+            described = values.get(name)
+            if not isinstance(described, dict) or described.get("kind") == "missing":
+                ns.pop(name, None)
+            elif described.get("kind") == "callable":
+                ns[name] = remote.StudentFunction(name, self.session, str(described.get("type", "function"))[:60])
+            else:
+                try:
+                    ns[name] = remote.unpack_value(described)
+                except (WireError, remote.StudentCodeError) as exc:
+                    raise remote.StudentCodeError(f"{name} cannot be read as data: {exc}") from None
+
+
+# -- the report ------------------------------------------------------------------------------------------------
+
+def build_report(notebook: str, lab: str, seed: int, merged, results: list[CellResult]) -> Report:
+    """One check per test cell.  The answer cells right before a run of test cells are what those tests
+    check: when one of them failed, a failing test says so (the test's own error is often a NameError)."""
+    report = Report(notebook, lab=lab, seed=seed)
+    group: list[tuple[str, str]] = []
+    after_test = False
+    for i, cell in enumerate(merged.nb["cells"]):
+        res = results[i]
+        gid = nbgrader_meta(cell).get("grade_id")
+        kind = cell_kind(cell)
+        if kind == "answer":
+            if after_test:
+                group, after_test = [], False
+            if res.status != "ok":
+                group.append((gid, merged.notes.get(gid) or _answer_problem(res)))
+        if kind != "test":
+            continue
+        after_test = True
+        points = float(nbgrader_meta(cell).get("points", 0))
+        if res.status == "ok":
+            report.add(gid, points, True, "passed")
+            continue
+        feedback = _shorten(res.message.removeprefix("LabCheckFailed: "))
+        if group and not feedback.startswith("not answered yet"):
+            if len(group) == 1:
+                feedback = f"{feedback} (your answer cell '{group[0][0]}' failed: {group[0][1]})"
+            else:
+                feedback = f"{feedback} (your answer cells failed: {'; '.join(f'{g!r}: {w}' for g, w in group)})"
+        report.add(gid, points, False, feedback)
+    return report
+
+
+def _shorten(text: str, limit: int = FEEDBACK_LIMIT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _answer_problem(res: CellResult) -> str:
+    if res.message.startswith("NotImplementedError"):
+        return "not answered yet"
+    return _shorten(res.message, 200)

@@ -1,0 +1,20 @@
+"""Fixtures shared across test files."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory) -> Path:
+    """The book built once per test session (every chapter executed, warnings as errors): its html folder."""
+    out = tmp_path_factory.mktemp("book")
+    exe = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(exe), "build", str(ROOT / "book"), "--path-output", str(out), "-W", "-n", "--keep-going"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return out / "_build" / "html"

@@ -1,0 +1,279 @@
+"""Every way of forging a grade that issue 11 lists scores 0 (or is refused with exit status 2).
+
+The score is decided only in the grader's process (README in pipeline_kit/grading): the student's kernel runs
+sandboxed and hands over plain data.  One notebook carries several independent forgeries when each targets a
+different check, so a forgery that worked would show up as points.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from lab_grading import LABS, ROOT, SOLUTIONS, with_answers
+
+from pipeline_kit.grading import names
+from pipeline_kit.grading.notebook import cell_kind, grade, nbgrader_meta
+
+LAB1, LAB4, LAB6 = "lab01_schedule_selection", "lab04_1f1b_generator", "lab06_stages"
+
+# Test cells that still read a given cell's variable (the student can overwrite it): part B converts them to
+# take the data from the lab module.  The test fails when this list is stale in either direction.
+GIVEN_DATA_TO_CONVERT = {
+    "lab03_bubble": {("m044_main_profile", "trace"), ("m044_follow_plan", "trace")},
+    "lab05_p2p": {("m046_main_bytes", "RUN"), ("m053_main_fields", "RUN"), ("m053_main_fields", "stderr"),
+                  ("m053_follow_mechanism", "RUN"), ("m053_follow_mechanism", "stderr"),
+                  ("m053_follow_propagation", "stderr")},
+    "lab06_stages": {("m047_main_imbalance", "SEED_CFG"), ("m047_main_costs", "GRAD_RUN"),
+                     ("m047_main_costs", "grad_run"), ("m048_main_logging", "GRAD_RUN"),
+                     ("m048_main_logging", "grad_run")},
+    "lab07_imbalance": {("m049_main_metrics", "trace"), ("m049_main_critical_path", "trace"),
+                        ("m049_main_experiment", "baseline_args"), ("m049_main_experiment", "trace"),
+                        ("m049_follow_per_microbatch", "moe"), ("m049_follow_per_microbatch", "trace"),
+                        ("m049_follow_dynamic", "moe"), ("m049_follow_dynamic", "trace"),
+                        ("m050_main_metrics_risk", "best"), ("m050_main_metrics_risk", "even"),
+                        ("m050_follow_time_idle", "best"), ("m050_follow_time_idle", "even"),
+                        ("m054_follow_trace", "seed8")},
+    "lab08_interleaved": {("m052_main_measurement", "summary")},
+}
+
+
+def _cli(*args, timeout=300, **kw):
+    return subprocess.run([sys.executable, "-m", "pipeline_kit", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, check=False, **kw)
+
+
+def _untouched(tmp_path, lab, answers, name="student"):
+    """The released lab (every answer still raising NotImplementedError) with some answer cells replaced."""
+    nb = nbformat.read(str(LABS / f"{lab}.ipynb"), as_version=4)
+    for cell in nb.cells:
+        gid = nbgrader_meta(cell).get("grade_id")
+        if gid in answers:
+            cell.source = answers.pop(gid)
+    assert not answers, f"no cells {set(answers)}"
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+READ_SOLUTIONS = """
+import json, pathlib, pipeline_kit
+root = pathlib.Path(pipeline_kit.__file__).resolve().parents[1]
+nb = json.loads((root / "solutions" / "lab04_1f1b_generator.ipynb").read_text())
+for cell in nb["cells"]:
+    if cell["metadata"].get("nbgrader", {}).get("solution"):
+        exec("".join(cell["source"]), globals())
+"""
+
+REPLACE_CHECKS = """
+import sys
+for module in list(sys.modules.values()):
+    if getattr(module, "__name__", "").startswith("pipeline_kit.grading"):
+        for attr in dir(module):
+            if attr.startswith(("check_", "fail", "call", "expect_")):
+                setattr(module, attr, lambda *a, **k: None)
+get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)
+"""
+
+
+def test_forgeries_in_the_kernel_score_zero(tmp_path):
+    """Reading the model answers from solutions/, replacing the check functions, silencing every error."""
+    path = _untouched(tmp_path, LAB4, {"phases": READ_SOLUTIONS, "order": REPLACE_CHECKS})
+    report = grade(path, seed=1)
+    assert report.max_score == 10 and report.score == 0, report.text()
+
+
+def test_reading_the_solutions_is_what_the_sandbox_stops(tmp_path):
+    """The same notebook without the sandbox: the solutions are readable, so that forgery is real."""
+    path = _untouched(tmp_path, LAB4, {"phases": READ_SOLUTIONS, "order": REPLACE_CHECKS, "p2p_memory": "pass"})
+    warnings = []
+    report = grade(path, seed=1, sandboxed=False, warn=warnings.append)
+    assert report.score == report.max_score, report.text()
+    assert warnings == [], "an unsandboxed run on purpose warns nobody"
+
+
+FORGED_LAB1 = {
+    # a str subclass equal to everything, and an int subclass equal to everything
+    "choose_schedule": ("class Yes(str):\n    def __eq__(self, other):\n        return True\n"
+                        "    __hash__ = str.__hash__\n\n\n"
+                        "def choose_schedule(pp, vpp=None):\n    return Yes('anything')\n"),
+    # patch the kit in the kernel so that the simulator agrees with a wrong answer
+    "differences": ("from pipeline_kit.sim.simulator import SimResult\n"
+                    "SimResult.bubble_fraction = property(lambda self: 0.5)\n"
+                    "differences = {}\n"
+                    "for name, pp, vpp in (('no-pipelining', 1, None), ('1f1b', 4, None), ('interleaved', 4, 2)):\n"
+                    "    result = simulate(select_schedule(pp, vpp)(8), fwd=1, bwd=2)\n"
+                    "    differences[name] = {'p2p_messages': len(result.transfers),\n"
+                    "                         'peak_rank0': result.peak_activations[0], 'bubble': 0.5}\n"),
+    # write a fake report on the grader's stdout, then try to kill the grader
+    "megatron_function": ("import os, signal, sys\n"
+                          "os.write(1, b'{\"score\": 999, \"max_score\": 15, \"checks\": []}\\n')\n"
+                          "sys.__stdout__.write('{\"score\": 999}\\n'); sys.__stdout__.flush()\n"
+                          "os.write(2, b'{\"score\": 999}\\n')\n"
+                          "megatron_function = {k: choose_schedule(1) for k in ('no-pipelining', '1f1b', 'interleaved')}\n"
+                          "for pid in (os.getppid(), 1, -1):\n"
+                          "    try:\n"
+                          "        os.kill(pid, signal.SIGKILL)\n"
+                          "    except OSError:\n"
+                          "        pass\n"),
+}
+
+
+def test_forged_values_and_a_kernel_that_attacks_the_grader(tmp_path):
+    """One lab-1 notebook, four forgeries each aimed at its own check; the other checks keep their points and
+    ``grade --json`` prints exactly one JSON document."""
+    path = with_answers(tmp_path, LAB1, dict(FORGED_LAB1))
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:  # and an int subclass equal to everything in the follow-up
+        if nbgrader_meta(cell).get("grade_id") == "follow_up":
+            cell.source = cell.source.replace(
+                "p2p_messages_pp1 = len(simulate(select_schedule(1)(8), fwd=1, bwd=2).transfers)",
+                "class Any(int):\n    def __eq__(self, other):\n        return True\n    __ne__ = lambda s, o: False\n"
+                "    __hash__ = int.__hash__\n\n\np2p_messages_pp1 = Any(7)")
+    nbformat.write(nb, str(path))
+    proc = _cli("grade", str(path), "--json", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)  # raises if stdout holds more than one document
+    assert set(out) == {"notebook", "lab", "seed", "score", "max_score", "checks"}
+    assert out["lab"] == LAB1 and out["seed"] == 3
+    failed = {c["name"]: c["feedback"] for c in out["checks"] if c["points"] < c["max_points"]}
+    assert set(failed) == {"m041_main_selection", "m041_main_differences", "m041_main_source", "m041_follow_no_p2p"}
+    assert "returned 'anything'" in failed["m041_main_selection"]
+    assert "'bubble'] is 0.5, but the simulation gives" in failed["m041_main_differences"]
+    assert "megatron_function['no-pipelining'] is 'anything'" in failed["m041_main_source"]
+    assert "p2p_messages_pp1 is 7" in failed["m041_follow_no_p2p"]
+    assert out["score"] == 15 - 3 - 3 - 2 - 1
+    assert "999" not in proc.stderr
+
+
+@pytest.mark.parametrize("lab", ["../labs/lab04_1f1b_generator", "lab04_1f1b_generator.ipynb", "/etc/passwd", 4,
+                                 ["lab04_1f1b_generator"], "LAB04_1F1B_GENERATOR"])
+def test_metadata_names_a_lab_never_a_path(tmp_path, lab):
+    path = with_answers(tmp_path, LAB4, {})
+    nb = nbformat.read(str(path), as_version=4)
+    nb.metadata["pipeline_kit"]["lab"] = lab
+    nbformat.write(nb, str(path))
+    proc = _cli("grade", str(path))
+    assert proc.returncode == 2, proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1 and "not a pipeline-kit lab" in proc.stderr, proc.stderr
+
+
+def test_metadata_naming_the_students_own_notebook_is_refused(tmp_path):
+    path = with_answers(tmp_path, LAB4, {})
+    nb = nbformat.read(str(path), as_version=4)
+    nb.metadata["pipeline_kit"]["lab"] = str(path.with_suffix(""))
+    nbformat.write(nb, str(path))
+    proc = _cli("grade", str(path))
+    assert proc.returncode == 2 and "not a pipeline-kit lab" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("where", ["notebook", "cell-nbgrader", "cell-pipeline_kit"])
+def test_string_metadata_is_refused_in_one_line(tmp_path, where):
+    path = with_answers(tmp_path, LAB4, {})
+    raw = json.loads(path.read_text())
+    if where == "notebook":
+        raw["metadata"]["pipeline_kit"] = "lab04_1f1b_generator"
+    else:
+        raw["cells"][3]["metadata"][where.removeprefix("cell-")] = "solution"
+    path.write_text(json.dumps(raw))
+    proc = _cli("grade", str(path))
+    assert proc.returncode == 2, proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1 and "must be a mapping" in proc.stderr, proc.stderr
+
+
+def test_the_grade_ignores_the_kernels_torchrun(tmp_path):
+    """Lab 6's gradient check runs its own torchrun job: a notebook whose torchrun is replaced by one that
+    reports failure keeps its points, so a fake success cannot earn them either."""
+    fake = ("import subprocess\nimport pipeline_kit.launch\n\n\n"
+            "def torchrun(*args, **kwargs):\n"
+            "    return subprocess.CompletedProcess(args, 1, 'grads match the single-process reference: False',"
+            " 'fake')\n\n\npipeline_kit.launch.torchrun = torchrun\n")
+    path = with_answers(tmp_path, LAB6, {})
+    nb = nbformat.read(str(path), as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == "given_1")
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(fake))
+    nbformat.write(nb, str(path))
+    report = grade(path, seed=4)
+    by_name = {c.name: c for c in report.checks}
+    for name in ("m047_main_costs", "m048_main_logging"):
+        assert by_name[name].points == by_name[name].max_points, by_name[name].feedback
+
+
+def test_given_data_audit():
+    """The list of test cells that still read given-cell variables is exactly what names.audit finds."""
+    found = {}
+    for path in sorted(SOLUTIONS.glob("*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        cells = [(cell_kind(c), nbgrader_meta(c).get("grade_id", ""), c.source) for c in nb.cells]
+        hits = set(names.audit(cells))
+        if hits:
+            found[path.stem] = hits
+    assert found == GIVEN_DATA_TO_CONVERT
+
+
+def test_a_kernel_death_inside_a_check_costs_only_that_check(tmp_path):
+    """The issue's 0/10 where 5/10 was earned: the student's function kills the kernel when a check calls it;
+    the later checks still run (the grader restarts the kernel) and never see a NameError."""
+    order = ("def one_f_one_b_order(pp, microbatches, rank):\n"
+             "    if pp != 4:\n"
+             "        import os\n"
+             "        os._exit(1)\n"
+             "    in_flight = min(pp - rank - 1, microbatches)\n"
+             "    order = [f'F{m}' for m in range(in_flight)]\n"
+             "    for m in range(in_flight, microbatches):\n"
+             "        order += [f'F{m}', f'B{m - in_flight}']\n"
+             "    return order + [f'B{m}' for m in range(microbatches - in_flight, microbatches)]\n")
+    report = grade(with_answers(tmp_path, LAB4, {"order": order}), seed=5)
+    by_name = {c.name: c for c in report.checks}
+    assert by_name["m043_main_dependencies"].points == 0
+    assert "kernel died" in by_name["m043_main_dependencies"].feedback
+    assert report.score == report.max_score - by_name["m043_main_dependencies"].max_points, report.text()
+
+
+def test_sigterm_ends_the_grade_its_kernel_and_its_files(tmp_path, request):
+    path = with_answers(tmp_path, LAB4, {"phases": "import time\ntime.sleep(120)\n"})
+    tmp = Path(tempfile.mkdtemp(prefix="pk-", dir="/tmp"))  # its own TMPDIR, short enough for socket paths:
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))  # other grades meanwhile use others
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline_kit", "grade", str(path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    deadline = time.monotonic() + 120
+    work = None
+    while time.monotonic() < deadline and work is None:
+        kernels = list(tmp.glob("pipeline-kit-grade-*/kernel-*/status.json"))
+        work = kernels[0].parents[1] if kernels else None
+        time.sleep(0.2)
+    if work is None:
+        proc.kill()
+        raise AssertionError(f"the grade never started its kernel: {proc.communicate()}")
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "interrupted", (proc.returncode, err)
+    assert out == "" and not work.exists()
+    time.sleep(1)
+    left = [p for p in Path("/proc").glob("[0-9]*") if work.name in _cmdline(p)]
+    assert left == [], "processes of the kernel outlived the grade"
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_grading_imports_neither_torch_nor_matplotlib():
+    code = ("import sys\nimport pipeline_kit.grading, pipeline_kit.grading.engine, pipeline_kit.grading.notebook\n"
+            "import pipeline_kit.grading.wire, pipeline_kit.grading.serve, pipeline_kit.grading.sandbox\n"
+            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.strip() == "[]"
