@@ -56,7 +56,7 @@ def returns_losses(pp, rank):
     }
     report = grade_answers(tmp_path, LAB, answers)
     assert_partial(report, {"m041_main_selection": "a virtual size of 1 is one chunk per rank",
-                            "m041_main_callback": "loss_func ignores its argument",
+                            "m041_main_callback": "use its argument, not a tensor captured from forward_step",
                             "m041_follow_phases": "warmup 4 is one too many",
                             "m041_follow_loss_rank": "raised KeyError"})
 
@@ -76,14 +76,15 @@ def forward_step_with(loss_of, logged=lambda loss: loss.detach(), returns_loss=F
 
 def test_callback_contract():
     lab01.check_callback(forward_step_with(lambda out, logits: out))
-    with pytest.raises(LabCheckFailed, match="ignores its argument"):
+    with pytest.raises(LabCheckFailed, match="use its argument"):
         lab01.check_callback(forward_step_with(lambda out, logits: logits))
     with pytest.raises(LabCheckFailed, match="still carries the graph"):
         lab01.check_callback(forward_step_with(lambda out, logits: out, logged=lambda loss: loss))
     with pytest.raises(LabCheckFailed, match=r"must return \(output_tensor, loss_func\)"):
         def returns_loss(data_iterator, model):
             tokens, targets = next(data_iterator)
-            return F.cross_entropy(model(tokens).reshape(-1, 11), targets.reshape(-1))
+            logits = model(tokens)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         lab01.check_callback(returns_loss)
     with pytest.raises(LabCheckFailed, match="the mean cross-entropy is"):
         lab01.check_callback(forward_step_with(lambda out, logits: 2 * out))

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import functools
 import math
+import tempfile
 import numbers
 from collections.abc import Callable, Mapping
 from fractions import Fraction
+from pathlib import Path
 
 
 class LabCheckFailed(AssertionError):
@@ -217,6 +219,24 @@ def expect_choices(value, menu, what: str) -> set:
     if unknown:
         fail(f"{what} contains {sorted(unknown, key=str)}; choose from {sorted(menu)}")
     return got
+
+
+@functools.lru_cache(maxsize=None)
+def kit_run_file(nproc: int, args: tuple[str, ...], timeout: float = 150) -> str:
+    """The text of the file a real ``torchrun`` job of the kit writes: ``args`` name it as ``"{file}"``.
+
+    Why here: data a test cell checks against must come from the check module, not from a given cell the
+    student can overwrite (see the engine's contract), and a real run is the kit's to make.  The job runs once
+    per process (the given cell's call and the test cell's share it in the student's kernel; the grader runs
+    its own).
+    """
+    from ...launch import torchrun
+    with tempfile.TemporaryDirectory(prefix="pipeline-kit-run-") as tmp:
+        path = Path(tmp) / "out.json"
+        proc = torchrun(nproc, *(str(path) if a == "{file}" else a for a in args), timeout=timeout)
+        if proc.returncode != 0 or not path.is_file():
+            raise RuntimeError(f"torchrun failed:\n{proc.stdout}\n{proc.stderr}")
+        return path.read_text()
 
 
 def student_layout(text, what: str, pp: int, layers: int):

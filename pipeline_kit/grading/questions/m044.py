@@ -9,6 +9,7 @@ the term that is off.
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 
@@ -28,6 +29,7 @@ from .common import (
     fail,
     expect_rounded,
     first_match,
+    kit_run_file,
 )
 
 # The scenario the notebook states (inputs, not answers).
@@ -276,6 +278,15 @@ def hidden_traces() -> list[dict]:
         trace_from_sim(_sim(4, 3, "gpipe", fwd=[1.2, 1, 1, 1], bwd=2, p2p_latency=0.1)),
         trace_from_sim(_sim(2, 4, "interleaved", 2, p2p_latency=0.05), recorded_latency=0.0),
     ]
+
+
+TRACE_RUN = ("--schedule", "1f1b", "-m", "4", "--layers", "2", "--hidden", "32", "--steps", "2",
+             "--synthetic-compute", "20,40", "--trace", "{file}", "--p2p-timeout", "20")  # the lab's real run
+
+
+def real_trace() -> dict:
+    """The trace of the lab's real 2-rank run, :data:`TRACE_RUN` (run once per process; the given cell shows it)."""
+    return json.loads(kit_run_file(2, TRACE_RUN))
 
 
 def idle_share(trace: dict) -> float:

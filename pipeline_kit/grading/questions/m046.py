@@ -24,6 +24,9 @@ from .common import (
     fail,
 )
 
+RUN = ("--schedule", "1f1b", "-m", "8", "--steps", "1", "--layers", "4", "--hidden", "32", "--p2p-timeout", "2")
+"""The ``pipeline_kit.run`` arguments of the lab's real runs (each adds ``--inject FAULT``)."""
+
 TENSORS = ("activation", "activation_grad", "weights", "weight_grads", "optimizer_state", "labels", "loss")
 CROSSING_WHY = {
     "weights": "weights stay on the stage that owns them; only what flows between layers crosses",

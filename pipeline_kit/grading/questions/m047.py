@@ -37,6 +37,12 @@ def small_cfg(**kw):
     return GPTConfig(**base)
 
 
+def seed_cfg():
+    """The seeds' model, seed-pp8, as the runtime's ``GPTConfig`` (lab 6's ``SEED_CFG``)."""
+    from ...runtime.model import GPTConfig
+    return GPTConfig(vocab=32000, seq_len=512, hidden=768, heads=12, layers=16)
+
+
 def spec_of(cfg, micro_batch_size: int = 2, dtype_bytes: int = 2) -> ModelSpec:
     return ModelSpec(vocab=cfg.vocab, seq_len=cfg.seq_len, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers,
                      ffn_mult=cfg.ffn_mult, tie_embeddings=cfg.tie_embeddings, micro_batch_size=micro_batch_size,

@@ -87,6 +87,16 @@ def check_where_is_layer(where_is_layer, cases) -> None:
 PROFILE_TOLERANCE = 0.03
 
 
+def even_split() -> str:
+    """The even split of the seed-pp8 model on 8 stages (lab 7's ``even``)."""
+    return str(even_layout(SEED.layers, SEED_PP))
+
+
+def best_split() -> str:
+    """The balancer's best layout of the seed-pp8 model on 8 stages, M = 16 (lab 7's ``best.layout``)."""
+    return str(seed_balance().best.layout)
+
+
 @check
 def check_profile_layout(text, what: str = "my_layout") -> None:
     lay = student_layout(text, what, SEED_PP, SEED.layers)

@@ -6,6 +6,7 @@ activations; the checks name GPipe's memory for 1F1B's, "parameters / PP", and t
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 from ...layout import PRESETS, ModelSpec, even_layout, parse_layout, stage_costs
@@ -23,6 +24,7 @@ from .common import (
     expect_type,
     fail,
     first_match,
+    kit_run_file,
 )
 from .m051 import _schedule
 
@@ -169,6 +171,15 @@ def check_steps(measurement_steps) -> None:
     if list(measurement_steps) != STEPS:
         fail(f"measurement_steps is in the wrong order: {order}; a peak is reset, then the measured steps run, then "
              "every rank reads its peak, then they are gathered")
+
+
+SUMMARY_RUN = ("--schedule", "interleaved", "-v", "2", "-m", "4", "--layers", "4", "--hidden", "32", "--seq-len",
+               "16", "--steps", "1", "--json", "{file}", "--p2p-timeout", "20")  # the lab's real run
+
+
+def real_summary() -> dict:
+    """The summary of the lab's real 2-rank run, :data:`SUMMARY_RUN` (run once per process; the given cell shows it)."""
+    return json.loads(kit_run_file(2, SUMMARY_RUN))
 
 
 def expected_run(summary: dict) -> dict[str, list]:

@@ -8,12 +8,14 @@ we ran.
 
 from __future__ import annotations
 
+import functools
 import re
 from types import SimpleNamespace
 
 from ...schedules import build_schedule, stage_owner
 from ..labs.live import check_deallocate  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
+from .m046 import RUN
 from .common import (
     call,
     check,
@@ -103,9 +105,15 @@ def model_counts(pp: int, microbatches: int, skip) -> dict[int, tuple[int, int]]
     return {q: (res.received[q].get(w.peer, 0), res.sent[q].get(w.peer, 0)) for q, w in res.blocked.items()}
 
 
-def real_hang(fault: str, args, attempts: int = 3):
+def real_hang(fault: str, args=RUN, attempts: int = 3) -> str:
     """Run a real hang (``torchrun`` with ``--inject fault``) and return its stderr without the INJECTED
-    line -- a real bug prints none.  A busy machine can stop a rank before it prints; then run again."""
+    line -- a real bug prints none.  A busy machine can stop a rank before it prints; then run again.
+    Each hang runs once per process (the given cell's and the test cells' calls share it)."""
+    return _real_hang(fault, tuple(args), attempts)
+
+
+@functools.lru_cache(maxsize=None)
+def _real_hang(fault: str, args: tuple, attempts: int) -> str:
     from ...launch import torchrun
     pp = 4
     text = ""
