@@ -83,6 +83,17 @@ def test_reading_the_solutions_is_what_the_sandbox_stops(tmp_path):
     assert warnings == [], "an unsandboxed run on purpose warns nobody"
 
 
+def test_without_namespaces_the_grade_warns_once_and_still_grades(tmp_path):
+    """Where the sandbox cannot start (here: turned off), one line on stderr says so and what it means."""
+    path = with_answers(tmp_path, LAB4, {})
+    proc = _cli("grade", str(path), "--json", env={**os.environ, "PIPELINE_KIT_SANDBOX": "off"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["score"] == 10
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "without a sandbox (cannot create namespaces (PIPELINE_KIT_SANDBOX=off))" in lines[0]
+    assert "can read solutions/" in lines[0]
+
+
 FORGED_LAB1 = {
     # a str subclass equal to everything, and an int subclass equal to everything
     "choose_schedule": ("class Yes(str):\n    def __eq__(self, other):\n        return True\n"
@@ -172,22 +183,26 @@ def test_string_metadata_is_refused_in_one_line(tmp_path, where):
     assert len(proc.stderr.strip().splitlines()) == 1 and "must be a mapping" in proc.stderr, proc.stderr
 
 
+def _solution_source(lab, gid):
+    nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
+    return next(c.source for c in nb.cells if nbgrader_meta(c).get("grade_id") == gid)
+
+
 def test_the_grade_ignores_the_kernels_torchrun(tmp_path):
     """Lab 6's gradient check runs its own torchrun job: a notebook whose torchrun is replaced by one that
-    reports failure keeps its points, so a fake success cannot earn them either."""
+    reports failure keeps its points, so a fake success cannot earn them either.  (Only the two answers
+    these checks need are filled in, to keep the test short.)"""
     fake = ("import subprocess\nimport pipeline_kit.launch\n\n\n"
             "def torchrun(*args, **kwargs):\n"
             "    return subprocess.CompletedProcess(args, 1, 'grads match the single-process reference: False',"
             " 'fake')\n\n\npipeline_kit.launch.torchrun = torchrun\n")
-    path = with_answers(tmp_path, LAB6, {})
-    nb = nbformat.read(str(path), as_version=4)
-    at = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == "given_1")
-    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(fake))
-    nbformat.write(nb, str(path))
-    report = grade(path, seed=4)
+    answers = {gid: _solution_source(LAB6, gid) for gid in ("costs", "logging")}
+    answers["costs"] = fake + answers["costs"]
+    report = grade(_untouched(tmp_path, LAB6, answers), seed=4)
     by_name = {c.name: c for c in report.checks}
     for name in ("m047_main_costs", "m048_main_logging"):
         assert by_name[name].points == by_name[name].max_points, by_name[name].feedback
+    assert report.score == 6, report.text()
 
 
 def test_given_data_audit():

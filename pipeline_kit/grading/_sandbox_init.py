@@ -198,6 +198,8 @@ def main() -> None:
     root = os.geteuid() == 0
     status = {"ok": True, "mode": "root" if root else "user namespace"}
     try:
+        if cfg.get("off"):
+            raise OSError(0, cfg["off"])
         enter_namespaces(root)
     except OSError as exc:
         status = {"ok": False, "why": f"cannot create namespaces ({exc.strerror})"}

@@ -17,7 +17,7 @@ import textwrap
 from . import wire
 from .kernel import KernelDied, StudentTimeout
 
-__all__ = ["KernelDied", "StudentFunction", "StudentTimeout", "grading_seed", "hidden_rng", "probe"]
+__all__ = ["KernelDied", "StudentFunction", "StudentTimeout", "grading_seed", "hidden_rng", "kernel_side", "probe"]
 
 DEFAULT_SEED = 0
 _session = None  # the GradingSession while the grader runs a test cell; None in a student's kernel
@@ -153,16 +153,27 @@ def rebuild_exception(info) -> BaseException:
     return exc
 
 
+def kernel_side(fn):
+    """Mark ``fn`` as a probe and keep its source now, at import: a probe sent later must be the code that was
+    imported, even if the file changes on disk meanwhile."""
+    lines = textwrap.dedent(inspect.getsource(fn)).splitlines(keepends=True)
+    while lines and lines[0].lstrip().startswith("@"):
+        lines.pop(0)
+    fn.probe_source = "".join(lines)
+    return fn
+
+
 def probe(fn, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` where the student's objects live and return its result as wire data.
 
-    ``fn`` is a top-level function of a check module that imports what it needs in its body.  In a grade its
+    ``fn`` is a top-level function of a check module, decorated with :func:`kernel_side`, that imports what it
+    needs in its body.  In a grade its
     source runs in the kernel, with each :class:`StudentFunction` argument replaced by the student's object;
     in the student's notebook it is simply called.  Either way the result comes back through the wire.
     """
     if _session is None:
         return wire.as_data(fn(*args, **kwargs))
-    source = textwrap.dedent(inspect.getsource(fn))
+    source = getattr(fn, "probe_source", None) or kernel_side(fn).probe_source
     reply = _session.request({"op": "probe", "source": source, "function": fn.__name__,
                               "args": _encode_args(args), "kwargs": _encode_args(kwargs)})
     return unpack_result(reply)

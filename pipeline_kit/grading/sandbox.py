@@ -89,7 +89,8 @@ def prepare(work: Path, solutions: Path, sandbox: bool, tag: str) -> KernelPlace
         config = {"work": str(work), "cwd": str(run / "cwd"), "status": str(place.status_file),
                   "newroot": str(run / "root"), "binds": visible_paths(solutions), "hide": hidden_paths(solutions),
                   "env": env, "memory": MEMORY_LIMIT, "processes": PROCESS_LIMIT,
-                  "file_size": FILE_SIZE_LIMIT, "core": 0}
+                  "file_size": FILE_SIZE_LIMIT, "core": 0,
+                  "off": "PIPELINE_KIT_SANDBOX=off" if os.environ.get("PIPELINE_KIT_SANDBOX") == "off" else None}
         (run / "sandbox.json").write_text(json.dumps(config))
         argv = [sys.executable, "-I", "-S", str(Path(__file__).with_name("_sandbox_init.py")),
                 str(run / "sandbox.json"), "--", *kernel]

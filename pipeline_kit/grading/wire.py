@@ -96,6 +96,7 @@ def _encode_kit(value, t, refs, depth):
     if name == "Schedule" and t.__module__ == "pipeline_kit.schedules.ops":
         return {TAG: "Schedule", "v": {"name": encode(value.name), "pp": encode(value.pp),
                                        "microbatches": encode(value.microbatches), "chunks": encode(value.chunks),
+                                       "placement": encode(getattr(value, "placement", "looped")),
                                        "ranks": encode(value.ranks, refs, depth)}}
     if name == "SimResult" and t.__module__ == "pipeline_kit.sim.simulator":
         costs = {k: encode(getattr(value.costs, k), refs, depth)
@@ -251,13 +252,14 @@ def _decode_tagged(kind, v, resolve, depth):  # noqa: C901 -- one branch per kin
 
 def _decode_schedule(v, resolve, depth):
     from ..schedules.ops import Op, Schedule
-    _need(isinstance(v, dict) and set(v) == {"name", "pp", "microbatches", "chunks", "ranks"}, "Schedule")
+    _need(isinstance(v, dict) and set(v) == {"name", "pp", "microbatches", "chunks", "placement", "ranks"}, "Schedule")
     ranks = decode(v["ranks"], resolve, depth)
     _need(isinstance(v["name"], str) and isinstance(ranks, list)
           and all(isinstance(r, list) and all(type(op) is Op for op in r) for r in ranks), "Schedule")
     for key in ("pp", "microbatches", "chunks"):
         _need(type(v[key]) is int and 1 <= v[key] <= 100_000, "Schedule")
-    return Schedule(v["name"], v["pp"], v["microbatches"], v["chunks"], ranks)
+    _need(v["placement"] in ("looped", "v"), "Schedule")
+    return Schedule(v["name"], v["pp"], v["microbatches"], v["chunks"], ranks, v["placement"])
 
 
 class _Resolved:
@@ -266,7 +268,7 @@ class _Resolved:
     def __init__(self, stage_costs):
         self.stage_costs = stage_costs
 
-    def resolve(self, pp, chunks):
+    def resolve(self, pp, chunks, placement="looped"):
         return self.stage_costs
 
 

@@ -6,29 +6,35 @@ Why a module of their own: these are the checks the two-process grader cannot ru
 it builds the objects there from inputs the check chose (random per grade), calls the student's code, and
 returns only data -- outputs, parameters, gradients, flags.  The ``check_*`` function then judges that data
 here, against references the grader computes itself.  A probe must be self-contained: it imports what it
-needs in its body and calls nothing else from this module.
+needs in its body and calls nothing else from this module; ``@kernel_side`` keeps its source from import time.
 """
 
 from __future__ import annotations
 
 import re
 
-from ..remote import grading_seed, hidden_rng, probe
-from .common import LabCheckFailed, close, describe, expect_number, expect_type, fail, student_layout
+from ..remote import grading_seed, hidden_rng, kernel_side, probe
+from .common import call, close, describe, expect_number, expect_type, fail, student_layout
 
 GRAD_RUN = ("--schedule", "1f1b", "-m", "4", "--steps", "1", "--layers", "6", "--hidden", "32", "--check-grads")
 
 
-def probe_call(probe_fn, *args, name: str, shown: str):
-    """``probe(probe_fn, *args)``; the student's exception becomes feedback naming the call, as ``call`` does."""
-    try:
-        return probe(probe_fn, *args)
-    except LabCheckFailed:
-        raise
-    except NotImplementedError:
-        fail(f"not answered yet: {name} still raises NotImplementedError")
-    except Exception as exc:  # noqa: BLE001 -- the student's bug, reported instead of a traceback
-        fail(f"{shown} raised {type(exc).__name__}: {exc}")
+def probe_call(probe_fn, student, *args, name: str, shown: str):
+    """``probe(probe_fn, student, *args)`` for the student's callable ``student``; the student's exception
+    becomes feedback naming the call, as ``call`` does."""
+    if not callable(student):
+        fail(f"{name} must be a function, got {type(student).__name__} {describe(student)}")
+    return call(probe, probe_fn, student, *args, name=name, shown=shown)
+
+
+def _expect_pair(info: dict, what: str, pair: str, tensor_feedback: str) -> None:
+    """What a probe reported about a return value that must be a pair (``forward_step``'s, ``loss_func``'s)."""
+    if info["tensor"]:
+        fail(tensor_feedback)
+    if not info["tuple"]:
+        fail(f"{what}'s return value must be tuple, got {info['type']}")
+    if "len" in info:
+        fail(f"{what} must return {pair}, got a tuple of {info['len']}")
 
 
 def _generator(name: str):
@@ -38,6 +44,7 @@ def _generator(name: str):
 
 # -- lab 1: the forward_step / loss_func callback (M041) ------------------------------------------------------
 
+@kernel_side
 def callback_probe(forward_step, weights, tokens, targets, other):
     import torch
     vocab = weights["1.weight"].shape[0]
@@ -90,13 +97,9 @@ def check_callback(forward_step) -> None:
     other = torch.randn(b, s, vocab, generator=gen)
     info = probe_call(callback_probe, forward_step, model.state_dict(), tokens, targets, other,
                       name="forward_step", shown="forward_step(<iterator>, <model>)")
-    if info["tensor"]:
-        fail("forward_step returned a tensor; it must return (output_tensor, loss_func) -- the schedule, not "
-             "forward_step, decides whether the loss is computed (only the last stage calls loss_func)")
-    if not info["tuple"]:
-        fail(f"forward_step's return value must be tuple, got {info['type']}")
-    if "len" in info:
-        fail(f"forward_step must return a pair (output_tensor, loss_func), got a tuple of {info['len']}")
+    _expect_pair(info, "forward_step", "a pair (output_tensor, loss_func)",
+                 "forward_step returned a tensor; it must return (output_tensor, loss_func) -- the schedule, not "
+                 "forward_step, decides whether the loss is computed (only the last stage calls loss_func)")
     if "output_shape" not in info:
         fail(f"the output_tensor forward_step returns must be Tensor, got {info['output_type']}")
     if tuple(info["output_shape"]) != (b, s, vocab):
@@ -105,13 +108,9 @@ def check_callback(forward_step) -> None:
     res = info["res"]
     if "raised" in res:
         fail(f"loss_func(<output_tensor>) raised {res['raised']}")
-    if res["tensor"]:
-        fail("loss_func returned only the loss; Megatron's contract is (loss, {'lm loss': loss.detach()}) -- "
-             "the dict is what gets logged and averaged")
-    if not res["tuple"]:
-        fail(f"loss_func's return value must be tuple, got {res['type']}")
-    if "len" in res:
-        fail(f"loss_func must return (loss, dict), got a tuple of {res['len']}")
+    _expect_pair(res, "loss_func", "(loss, dict)",
+                 "loss_func returned only the loss; Megatron's contract is (loss, {'lm loss': loss.detach()}) -- "
+                 "the dict is what gets logged and averaged")
     if "dim" not in res:
         fail(f"the loss must be Tensor, got {res['loss_type']}")
     if "logs_keys" not in res:
@@ -137,6 +136,7 @@ def check_callback(forward_step) -> None:
 
 # -- lab 5: deallocate_output (M053) -------------------------------------------------------------------------
 
+@kernel_side
 def deallocate_probe(fn, x0, grad):
     import torch
 
@@ -147,9 +147,11 @@ def deallocate_probe(fn, x0, grad):
     before = payload.clone()
     nbytes = payload.untyped_storage().nbytes()
     fn(y)
-    info = {"resized": payload.untyped_storage().nbytes() != nbytes, "changed": not torch.equal(payload, before),
-            "grad_fn": y.grad_fn is not None, "numel": y.numel(), "x_grad": None}
-    if info["grad_fn"] and info["numel"] == 1 and not info["resized"] and not info["changed"]:
+    info = {"resized": payload.untyped_storage().nbytes() != nbytes, "changed": False, "x_grad": None}
+    if info["resized"]:  # reading the payload now could fail: the storage it views is gone
+        return info
+    info.update(changed=not torch.equal(payload, before), grad_fn=y.grad_fn is not None, numel=y.numel())
+    if info["grad_fn"] and info["numel"] == 1 and not info["changed"]:
         try:
             _run_backward((y,), (grad,), keep_graph=False)
         except Exception as exc:  # noqa: BLE001 -- reported to the grader as data
@@ -187,6 +189,7 @@ def check_deallocate(fn) -> None:
 
 # -- lab 6: stages built by the student (M047) ---------------------------------------------------------------
 
+@kernel_side
 def stage_probe(build, cfg, n, tokens, targets):
     import torch
 
@@ -286,6 +289,7 @@ def check_build_stage(fn, cases) -> None:
 
 # -- lab 6: where the loss lives (M048) ----------------------------------------------------------------------
 
+@kernel_side
 def pipeline_probe(step, cfg, n, tokens, targets):
     import torch
 
@@ -404,6 +408,7 @@ def check_scaling(fn, cases) -> None:
 
 # -- lab 6: logging the loss (M048 follow-up) ----------------------------------------------------------------
 
+@kernel_side
 def log_tensor_probe(fn, w0, x, y):
     import torch
     w = w0.detach().clone().requires_grad_(True)
@@ -455,6 +460,7 @@ def check_log_tensor(fn) -> None:
 
 # -- lab 6: vocabulary-parallel cross-entropy (M048) ---------------------------------------------------------
 
+@kernel_side
 def vocab_probe(fn, logits, targets, tp, full):
     import torch
     joins = (torch.cat, torch.stack, torch.concat, torch.hstack, torch.vstack, torch.column_stack,
@@ -555,9 +561,10 @@ def check_grad_run(layout_text, predicted, run=None, run_args=GRAD_RUN, pp: int 
     While grading, the run is the grader's own (:func:`grader_run`) and ``run``/``run_args`` from the notebook
     are ignored; in the student's notebook the notebook's run gives instant feedback.
     """
-    from .lab06 import cfg_from_run, spec_of
     from ...layout import stage_costs
-    cfg, mbs, _ = cfg_from_run(GRAD_RUN)
+    from .lab06 import cfg_from_run, spec_of
+    grading = _grading()
+    cfg, mbs, _ = cfg_from_run(GRAD_RUN if grading else tuple(run_args))
     lay = student_layout(layout_text, "my_layout", pp, cfg.layers)
     sizes = [len(s.layers) for s in lay.stages]
     if not (sizes[0] < max(sizes[1:-1]) and sizes[-1] < max(sizes[1:-1])):
@@ -568,7 +575,7 @@ def check_grad_run(layout_text, predicted, run=None, run_args=GRAD_RUN, pp: int 
     if list(predicted) != want:
         fail(f"my_layout_params is {describe(list(predicted))}; stage_costs(parse_layout(my_layout), ModelSpec(...), "
              f"{pp}) counts the stages of that layout for the run's model (see `python -m pipeline_kit.run --help`)")
-    if _grading() or not hasattr(run, "stdout"):
+    if grading or not hasattr(run, "stdout"):
         run = grader_run(str(lay))
     out = run.stdout or ""
     if run.returncode != 0:

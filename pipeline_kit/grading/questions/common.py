@@ -90,12 +90,14 @@ def check(func: Callable) -> Callable:
     return wrapper
 
 
-def call(func: Callable, *args, name: str | None = None, **kwargs):
-    """``func(*args)`` made :func:`plain`; an exception from the student's code becomes feedback naming the call."""
+def call(func: Callable, *args, name: str | None = None, shown: str | None = None, **kwargs):
+    """``func(*args)`` made :func:`plain`; an exception from the student's code becomes feedback naming the call
+    (``shown``, or ``name(args)``)."""
     if not callable(func):
         fail(f"{name or 'your answer'} must be a function, got {type(func).__name__} {describe(func)}")
     label = name or getattr(func, "__name__", "your function")
-    shown = ", ".join([describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()])
+    if shown is None:
+        shown = f"{label}({', '.join([describe(a) for a in args] + [f'{k}={describe(v)}' for k, v in kwargs.items()])})"
     try:
         return plain(func(*args, **kwargs))
     except LabCheckFailed:
@@ -103,7 +105,7 @@ def call(func: Callable, *args, name: str | None = None, **kwargs):
     except NotImplementedError:
         fail(f"not answered yet: {label} still raises NotImplementedError")
     except Exception as exc:  # noqa: BLE001 -- the student's bug, reported instead of a traceback
-        fail(f"{label}({shown}) raised {type(exc).__name__}: {exc}")
+        fail(f"{shown} raised {type(exc).__name__}: {exc}")
 
 
 def expect_raises(func, *args, exception: type[Exception] = ValueError, name: str, why: str) -> None:
