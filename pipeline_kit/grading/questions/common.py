@@ -206,6 +206,20 @@ def expect_rounded(got: float, want, what: str, min_decimals: int = 3) -> bool:
          "(a precision issue)")
 
 
+def drawn(rng, n: int, make, fixed=()) -> list:
+    """A test cell's hidden cases: the ``fixed`` edge cases, then ``n`` more made by ``make(rng)``, no repeats.
+
+    ``rng`` is ``hidden_rng(<grade id>)``: drawn per grade from the run's seed, so reading the kit's source does
+    not tell a student the cases; the edge cases stay fixed because a draw may miss them.
+    """
+    out, tries = list(fixed), 0
+    while len(out) < len(fixed) + n and tries < 50 * n:
+        case, tries = make(rng), tries + 1
+        if case not in out:
+            out.append(case)
+    return out
+
+
 def expect_keys(mapping, keys, what: str) -> None:
     expect_type(mapping, dict, what)
     missing = [k for k in keys if k not in mapping]

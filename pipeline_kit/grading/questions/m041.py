@@ -15,6 +15,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_keys,
     expect_number,
     expect_type,
@@ -146,3 +147,18 @@ def check_returns_losses(returns_losses, pps) -> None:
             if bool(got) != want or not isinstance(got, bool):
                 fail(f"returns_losses({pp}, {rank}) is {describe(got)}, expected {want}: every other rank "
                      "returns an empty list; it only moves activations and gradients")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_selection_cases(rng) -> list:
+    return drawn(rng, 3, lambda r: (r.randint(2, 16), r.choice([None, 1, r.randint(2, 8)])),
+                 fixed=[(1, 4), (2, 1), (16, None)])
+
+
+def hidden_phases_cases(rng) -> list:
+    return drawn(rng, 3, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=[(4, 2), (1, 4)])
+
+
+def hidden_pps(rng) -> list:
+    """Pipeline sizes other than the visible 1, 2, 4, 8."""
+    return drawn(rng, 3, lambda r: r.choice([3, 5, 6, 7, 9, 12, 16, 24, 32]))

@@ -19,6 +19,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_keys,
     expect_number,
     expect_type,
@@ -314,3 +315,11 @@ def check_slow_stage(slow_beat, slow_idle) -> None:
              "every other rank waits for stage 2 on every beat, before and after it in the pipe")
     bad = next(r for r in range(PP) if not close(got[r], want[r]))
     fail(f"slow_idle[{bad}] = {got[bad]:g}, the simulator gives {want[bad]:g}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_rank_idle_cases(rng) -> list:
+    def make(r):
+        f = r.choice([0.5, 1, 1.5, 2])
+        return r.randint(2, 8), r.randint(1, 16), f, f * r.choice([1, 1.5, 2, 3])
+    return drawn(rng, 2, make, fixed=[(3, 2, 2, 3)])

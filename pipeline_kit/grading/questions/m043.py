@@ -21,6 +21,7 @@ from .common import (
     call,
     check,
     describe,
+    drawn,
     expect_keys,
     expect_number,
     expect_type,
@@ -368,3 +369,9 @@ def check_rank0(rank0_warmup, rank0_b0_slot) -> None:
         if slot == b0 - 1:
             fail(f"rank0_b0_slot = {slot:g}: count slots from 1")
         fail(f"rank0_b0_slot = {slot:g}; read the slot of B0 on row r0 of your drawing")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_order_cases(rng) -> list:
+    """(pp, M) for the 1F1B generator: one rank, one microbatch and M < pp always, four more drawn."""
+    return drawn(rng, 4, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=[(4, 2), (2, 1), (1, 3)])

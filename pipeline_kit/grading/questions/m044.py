@@ -23,6 +23,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_keys,
     expect_number,
     expect_type,
@@ -480,3 +481,9 @@ def check_plan(timeline_plan, traces) -> None:
                 "balanced": "the same schedule with every stage at the mean service time (F and B), no P2P latency",
             }[key]
             fail(f"timeline_plan(...)[{key!r}] on {label} = {value:.6g}, expected {want[key]:.6g}: {why}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_formula_cases(rng) -> list:
+    """(pp, M) for the three formula functions: M = 1, M < pp and M = pp always, three more drawn."""
+    return drawn(rng, 3, lambda r: (r.randint(2, 16), r.randint(1, 64)), fixed=[(2, 1), (8, 4), (5, 5)])

@@ -15,6 +15,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_keys,
     expect_number,
     expect_raises,
@@ -254,3 +255,31 @@ def check_conclusion(more_m_better, best_m_fixed_gbs) -> None:
         fail(f"best_m_fixed_gbs is {describe(best_m_fixed_gbs)}; the fixed-GBS throughputs are "
              + ", ".join(f"M={m}: {v:.4f}" for m, v in fixed_gbs.items())
              + " -- past the best M the per-op overhead of ever smaller micro-batches wins over the shrinking bubble")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_gain_cases(rng) -> list:
+    def make(r):
+        m1 = r.randint(1, 32)
+        return r.randint(2, 16), m1, m1 * r.choice([2, 3, 4])
+    return drawn(rng, 3, make, fixed=[(2, 1, 2)])
+
+
+def hidden_gbs_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (r.randint(1, 8), r.randint(1, 64), r.randint(1, 8), r.randint(1, 200_000)),
+                 fixed=[(8, 4, 2, 63)])
+
+
+def hidden_fixed_gbs_cases(rng) -> list:
+    def make(r):
+        m = r.randint(1, 32)
+        return r.randint(2, 8), m * r.randint(1, 8), m, r.choice([0.25, 0.5, 1.0]), r.choice([0.5, 1.0, 2.0])
+    return drawn(rng, 2, make, fixed=[(2, 12, 3, 1.0, 0.5)])
+
+
+def hidden_scheme_cases(rng) -> list:
+    def make(r):
+        pp, m, b = r.randint(2, 8), r.randint(1, 32), r.randint(1, 8)
+        kw = {"b": b} if r.random() < 0.5 else {"gbs": m * b}
+        return pp, m, r.choice([0.0, 0.25, 1.0]), r.choice([0.5, 1.0, 2.0]), r.choice([0.0, 5.0, 10.0, 50.0]), kw
+    return drawn(rng, 2, make, fixed=[(2, 3, 0.0, 1.0, 5.0, {"gbs": 12})])

@@ -17,6 +17,7 @@ from .common import (
     call,
     check,
     describe,
+    drawn,
     expect_choices,
     expect_keys,
     expect_number,
@@ -349,3 +350,32 @@ def check_accounting(fn, cases) -> None:
                 fail(f"{what}['host_copy_bytes'] = {g:,.0f}: the sender copies the tensor to host memory and the "
                      "receiver copies it back to its GPU: two copies per transfer")
             fail(f"{what}[{key!r}] = {g:,.0f}, expected {want[key]:,}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_message_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=[(5, 2)])
+
+
+def _dtype(r):
+    import torch
+    return r.choice([torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e4m3fn])
+
+
+def hidden_bytes_cases(rng) -> list:
+    import torch
+    return drawn(rng, 2, lambda r: (r.randint(1, 4096), r.randint(1, 8), r.randint(8, 8192), _dtype(r)),
+                 fixed=[(128, 4, 256, torch.float8_e4m3fn), (3, 5, 7, torch.float64)])
+
+
+def hidden_enc_dec_cases(rng) -> list:
+    import torch
+    return drawn(rng, 1, lambda r: (r.randint(16, 2048), r.randint(16, 512), r.randint(1, 8), r.randint(8, 2048),
+                                    _dtype(r)), fixed=[(64, 64, 2, 32, torch.float32)])
+
+
+def hidden_varlen_cases(rng) -> list:
+    import torch
+    return drawn(rng, 1, lambda r: ([r.randint(1, 4096) for _ in range(r.randint(2, 6))], r.randint(1, 4),
+                                    r.randint(8, 1024), _dtype(r), r.randint(2, 8)),
+                 fixed=[([7, 1, 30], 2, 64, torch.float32, 2)])

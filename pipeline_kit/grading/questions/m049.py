@@ -28,6 +28,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_int,
     expect_keys,
     expect_number,
@@ -152,9 +153,6 @@ def scenario(cause: str, pp: int, where: int, seed: int) -> dict:
 _LAB_RECIPES = {"A": ("recompute", 4, 1, 1), "B": ("communication", 4, 2, 2), "C": ("compute", 4, 2, 3),
                 "D": ("dynamic", 4, 0, 4)}  # how the lab's scenarios are built: (cause, pp, where, seed) -- the answers
 LAB_CASES = tuple(_LAB_RECIPES)  # the names of the lab's scenarios, "A" to "D"
-HIDDEN_CASES = {f"H{i}": (c, pp, w, 100 + i) for i, (c, pp, w) in enumerate(
-    [("compute", 6, 4), ("dynamic", 6, 3), ("recompute", 3, 2), ("communication", 6, 0), ("compute", 3, 0),
-     ("dynamic", 8, 7), ("recompute", 8, 5), ("communication", 3, 1)])}
 
 
 def _recipes(cases) -> dict[str, tuple]:
@@ -196,7 +194,7 @@ _CAUSE_WHY = {
 @check
 def check_root_causes(root_cause, cases) -> None:
     """``cases``: names of the lab's scenarios (:data:`LAB_CASES`) or a dict name -> (cause, pp, where, seed),
-    as in :data:`HIDDEN_CASES`; the answer is how the scenario was built."""
+    as :func:`hidden_cause_cases` draws them; the answer is how the scenario was built."""
     for name, (cause_built, pp, where_built, seed) in _recipes(cases).items():
         want = (cause_built, where_built)
         got = call(root_cause, scenario(cause_built, pp, where_built, seed), name="root_cause")
@@ -538,3 +536,12 @@ def check_verdict(verdict, pairs) -> None:
             fail(f"verdict({name}) is {got!r}, but the step is {gain:.1%} shorter and the slowest stage's p50 F + B "
                  "dropped, with pp, M and layers unchanged: 'better'")
         fail(f"verdict({name}) is {got!r}, expected {want!r}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_cause_cases(rng) -> dict:
+    """Six scenarios ``name -> (cause, pp, where, seed)``, each built with one root cause at a drawn place."""
+    def make(r):
+        cause, pp = r.choice(CAUSES), r.randint(3, 8)
+        return cause, pp, r.randrange(pp - 1) if cause == "communication" else r.randrange(pp), r.randrange(10_000)
+    return {f"H{i}": recipe for i, recipe in enumerate(drawn(rng, 6, make))}

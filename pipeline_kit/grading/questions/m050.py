@@ -24,6 +24,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_int,
     expect_keys,
     expect_number,
@@ -36,7 +37,6 @@ from .synthetic import SEED, SEED_M, SEED_PP, TIGHT, _not_rounded, seed_balance,
 
 # == M050 main ==========================================================================================
 STRING_CASES = [[3, 3, 3, 3], [2, 3, 3, 2], [0, 4, 4, 0]]
-HIDDEN_STRING_CASES = [[5], [1, 1], [0, 3, 3, 3, 3, 0], [4, 4, 4, 1, 0], [2, 2, 2, 2, 2, 2, 2, 2]]
 WHERE_CASES = [("Et*3|t*3|t*3|t*3L", 4, 7), ("E|t*2|t*2|t*2|t*2|t*2|t*2|t*2L", 4, 0)]
 HIDDEN_WHERE_CASES = [("E|t*2|t*2|t*2|t*2|t*2|t*2|t*2L", 4, 13), ("Et*3|t*3|t*2|t*2|t*2|t*2|t*2|L", 8, 15),
                       ("E|(t*2|)*6t*2L", 2, 9), ("Et*2|t*2|t*2|t*2|t*2|t*2L", 2, 5), ("Et*4L", 1, 3)]
@@ -362,3 +362,12 @@ def check_grad_args(grad_check_args) -> None:
     except LayoutError as exc:
         fail(f"with --layers {args.layers} the layout does not fit: {exc} (the layout holds "
              f"{parse_layout(GRAD_LAYOUT).num_layers} decoder layers)")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_string_cases(rng) -> list:
+    """Decoder layers per stage: the endpoint stages may hold none (they hold E or L), the others at least one."""
+    def make(r):
+        n = r.randint(2, 8)
+        return [r.randint(0, 5)] + [r.randint(1, 5) for _ in range(n - 2)] + [r.randint(0, 5)]
+    return drawn(rng, 3, make, fixed=[[5], [1, 1]])

@@ -19,6 +19,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_keys,
     expect_number,
     expect_type,
@@ -299,3 +300,53 @@ def check_choose_v(choose_v, cases) -> None:
                           if v == 1 or kit_refusal(pp, m, v) is None)
         fail(f"choose_v(pp={pp}, M={m}, latency={latency}) = {describe(got)}, expected {want}: the accepted options "
              f"simulate to {spans}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def _interleaved_case(r, v=None):
+    """(pp, M, v) that Megatron runs: pp >= 2, M a multiple of pp (v = 1 is plain 1F1B)."""
+    pp = r.randint(2, 8)
+    return pp, pp * r.randint(1, 4), r.randint(1, 4) if v is None else v
+
+
+def hidden_owner_cases(rng) -> list:
+    return drawn(rng, 3, lambda r: (r.randint(2, 8), r.randint(2, 4)), fixed=[(3, 3)])
+
+
+def hidden_rank_layers_cases(rng) -> list:
+    def make(r):
+        pp, v = r.randint(2, 8), r.randint(2, 4)
+        return pp, v, pp * v * r.randint(1, 3)
+    return drawn(rng, 3, make, fixed=[(3, 2, 12)])
+
+
+def hidden_bubble_cases(rng) -> list:
+    return drawn(rng, 3, _interleaved_case, fixed=[(4, 8, 1), (2, 2, 4)])
+
+
+def hidden_warmup_cases(rng) -> list:
+    """Interleaved cases; (4, 4, 2) and (3, 3, 2) reach the M x v cap on the first ranks."""
+    return drawn(rng, 3, lambda r: _interleaved_case(r, r.randint(2, 4)), fixed=[(4, 4, 2), (3, 3, 2)])
+
+
+def hidden_accepted_cases(rng) -> list:
+    return drawn(rng, 4, lambda r: (r.randint(1, 8), r.randint(1, 24), r.randint(1, 4)),
+                 fixed=[(1, 4, 2), (4, 8, 1), (4, 2, 2), (4, 6, 2)])
+
+
+def hidden_facts_cases(rng) -> list:
+    def make(r):
+        pp, v = r.randint(2, 8), r.randint(1, 4)
+        return pp, v, pp * v * r.randint(1, 4)
+    return drawn(rng, 2, make, fixed=[(4, 1, 16)])
+
+
+def hidden_fill_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (r.randint(2, 8), r.randint(1, 4), r.randint(1, 3)), fixed=[(4, 1, 2)])
+
+
+def hidden_choose_v_cases(rng) -> list:
+    def make(r):
+        pp = r.randint(2, 8)
+        return pp, pp * r.randint(1, 4), r.choice([0.0, 0.05, 0.1, 0.2, 0.5, 1.0])
+    return drawn(rng, 3, make, fixed=[(4, 6, 0.0)])

@@ -19,6 +19,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_keys,
     expect_number,
     expect_type,
@@ -379,3 +380,21 @@ def hidden_snapshot_cases() -> list[tuple[SimResult, float]]:
     inter = simulate(_schedule(4, 8, 2), fwd=1, bwd=2)
     gp = simulate(_schedule(3, 4, 1, "gpipe"), fwd=1, bwd=2)
     return [(one, 6.3), (one, 20.3), (inter, 9.3), (inter, 3.8), (gp, 5.6)]
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_alive_cases(rng) -> list:
+    def make(r):
+        name = r.choice(["1f1b", "gpipe", "interleaved"])
+        pp = r.randint(2, 8)
+        if name == "interleaved":
+            return name, pp, pp * r.randint(1, 3), r.randint(2, 4)
+        return name, pp, r.randint(1, 16), 1
+    return drawn(rng, 3, make, fixed=[("1f1b", 8, 4, 1), ("interleaved", 4, 4, 2)])
+
+
+def hidden_lifetime_cases(rng) -> list:
+    def make(r):
+        pp, m = r.randint(2, 8), r.randint(1, 16)
+        return r.choice(["1f1b", "gpipe"]), pp, m, r.randrange(pp), r.randrange(m)
+    return drawn(rng, 2, make, fixed=[("1f1b", 8, 4, 2, 3)])

@@ -21,6 +21,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_choices,
     expect_keys,
     expect_number,
@@ -411,3 +412,24 @@ def check_log_fields(fields) -> None:
     for name, why in LOG_FIELDS.items():
         if name not in got:
             fail(f"log_fields misses {name!r}: {why}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_pairing_cases(rng) -> list:
+    return drawn(rng, 3, lambda r: (r.randint(2, 6), r.randint(1, 9)), fixed=[(2, 1)])
+
+
+def hidden_crash_cases(rng) -> list:
+    def make(r):
+        pp = r.randint(2, 5)
+        m = r.randint(pp, 2 * pp)
+        return pp, m, r.randrange(pp), r.randrange(m)
+    return drawn(rng, 3, make, fixed=[(2, 4, 1, 3)])
+
+
+def hidden_skip_cases(rng) -> list:
+    def make(r):
+        pp = r.randint(2, 5)
+        m = r.randint(2, 10)
+        return pp, m, r.randrange(pp), r.randrange(m)
+    return drawn(rng, 3, make, fixed=[(2, 3, 1, 1)])

@@ -21,6 +21,7 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_int,
     expect_keys,
     expect_number,
@@ -295,7 +296,6 @@ def check_resplit(resplit) -> None:
 
 
 SPLIT_CASES = [(20.0, 10.0), (50.0, 5.0)]
-HIDDEN_SPLIT_CASES = [(5.0, 25.0), (100.0, 2.0), (0.0, 50.0)]
 
 
 @check
@@ -326,7 +326,6 @@ def check_split(split_p2p, cases) -> None:
 
 
 SWEEP_CASES = [(32, [8, 16, 32, 64])]
-HIDDEN_SWEEP_CASES = [(48, [4, 8, 12, 16, 24, 32, 96]), (16, [16, 8, 5]), (1, [1, 2])]
 
 
 def expected_sweep(gbs: int, ms) -> list[tuple[int, int]]:
@@ -359,3 +358,16 @@ def check_sweep(fair_m_sweep, cases) -> None:
         if missing:
             fail(f"fair_m_sweep({gbs}, {ms}) misses {missing}")
         fail(f"fair_m_sweep({gbs}, {ms}) = {describe(got)}, expected {want} (in the order of ms)")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_split_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (float(r.randint(0, 100)), float(r.choice([1, 2, 5, 10, 25, 50, 100]))),
+                 fixed=[(0.0, 50.0)])
+
+
+def hidden_sweep_cases(rng) -> list:
+    def make(r):
+        gbs = r.randint(1, 128)
+        return gbs, sorted(r.sample(range(1, 129), r.randint(3, 7)), key=lambda _: r.random())
+    return drawn(rng, 2, make, fixed=[(16, [16, 8, 5]), (1, [1, 2])])
