@@ -280,3 +280,14 @@ def test_model_matches_the_real_counts_of_the_book_example():
     real = {int(r): (int(a), int(b)) for r, a, b in re.findall(r"\[rank (\d+)\] P2P TIMEOUT:.*?(\d+) received, (\d+) sent", out)}
     assert real == lab05.model_counts(4, 8, (1, 3))
     assert isinstance(run_blocking, type(lab05.run_blocking))
+
+
+def test_run_help_shows_the_defaults_the_labs_send_students_to():
+    """Labs 5 and 6 say the run's defaults are in `python -m pipeline_kit.run --help`: they are."""
+    from pipeline_kit.run import build_parser
+    text = " ".join(build_parser().format_help().split("options:", 1)[1].split())
+    for option, default in (("--seq-len SEQ_LEN", 32), ("--micro-batch-size MICRO_BATCH_SIZE", 2),
+                            ("--hidden HIDDEN", 64), ("--vocab VOCAB", 256), ("--layers LAYERS", 8),
+                            ("--p2p-timeout S", 60.0)):
+        after = text.split(option, 1)[1]
+        assert f"(default: {default})" in after.split(" --", 1)[0], (option, after[:160])
