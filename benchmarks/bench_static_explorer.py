@@ -35,7 +35,9 @@ REDRAW_TARGET_MS, WEIGHT_TARGET_MB = 100.0, 5.0
 
 TIME_REDRAWS = """
 const [name, pp, m, chunks, n] = arguments;
-const set = (id, v) => { const e = document.getElementById(id); e.value = String(v); e.dispatchEvent(new Event('change')); };
+const set = (id, v) => {
+  const e = document.getElementById(id); e.value = String(v); e.dispatchEvent(new Event('change'));
+};
 set('pk-schedule', name); set('pk-pp', pp); set('pk-microbatches', m);
 if (chunks !== null) set('pk-chunks', chunks);
 set('pk-slow-rank', 3); set('pk-slow-factor', 1.5);
@@ -49,7 +51,9 @@ for (let i = 0; i < n + 3; i++) {
   if (i >= 3) times.push(performance.now() - t0);
 }
 const err = document.getElementById('pk-error');
-return {times, error: err.hidden ? null : err.textContent, boxes: [...document.querySelectorAll('.pk-ops path')].reduce((n, p) => n + p.getAttribute('d').split('M').length - 1, 0)};
+return {times, error: err.hidden ? null : err.textContent,
+        boxes: [...document.querySelectorAll('.pk-ops path')]
+          .reduce((n, p) => n + p.getAttribute('d').split('M').length - 1, 0)};
 """
 
 TO_FRAME = """
@@ -114,7 +118,8 @@ def weight(driver, html: Path) -> float | None:
     total = sum(e[1] for e in entries)
     ours = sum(e[1] for e in entries if "/pk-" in e[0])
     print(f"page weight: {total / 1e6:.2f} MB in {len(entries)} files (target {WEIGHT_TARGET_MB:.0f} MB): "
-          f"{'ok' if total <= WEIGHT_TARGET_MB * 1e6 else 'MISSED'}; the explorer's own pk-*.js/css: {ours / 1e3:.1f} kB")
+          f"{'ok' if total <= WEIGHT_TARGET_MB * 1e6 else 'MISSED'}; the explorer's own pk-*.js/css: "
+          f"{ours / 1e3:.1f} kB")
     for name, size, _ in sorted(entries, key=lambda e: -e[1])[:5]:
         print(f"  {size / 1e3:>8.1f} kB  {name.split('/', 3)[-1]}")
     return total / 1e6
@@ -122,7 +127,8 @@ def weight(driver, html: Path) -> float | None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--book", type=Path, default=ROOT / "book" / "_build" / "html", help="a built book's html folder")
+    parser.add_argument("--book", type=Path, default=ROOT / "book" / "_build" / "html",
+                        help="a built book's html folder")
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings grow with it)")
     driver = chromium_driver()

@@ -52,13 +52,14 @@ def worker(args) -> None:
                                ("interleaved", ScheduleInterleaved1F1B, 2)):
         sched = build_schedule(name, pp, m, v if v > 1 else None)
         S = sched.stages
-        ours = {c: build_stage(cfg, c * pp + rank, S) for c in range(v)}
-        theirs = {c: build_stage(cfg, c * pp + rank, S) for c in range(v)}
+        mine = sched.stages_of(rank)  # this rank's virtual stage per chunk
+        ours = {c: build_stage(cfg, s, S) for c, s in enumerate(mine)}
+        theirs = {c: build_stage(cfg, s, S) for c, s in enumerate(mine)}
         opt_ours = torch.optim.SGD([p for s in ours.values() for p in s.parameters()], lr=0.01)
         opt_theirs = torch.optim.SGD([p for s in theirs.values() for p in s.parameters()], lr=0.01)
         p2p = P2P(sched, rank, env.device, shape, timeout_s=120)
         compute = ModelCompute(ours, m)
-        stages = [PipelineStage(theirs[c], c * pp + rank, S, env.device) for c in range(v)]
+        stages = [PipelineStage(theirs[c], s, S, env.device) for c, s in enumerate(mine)]
         kwargs = {"n_microbatches": m, "loss_fn": lm_loss}
         torch_sched = torch_cls(stages, **kwargs) if v > 1 else torch_cls(stages[0], **kwargs)
         times = {"kit": [], "torch": []}
@@ -75,7 +76,7 @@ def worker(args) -> None:
                     opt_ours.step()
                     opt_ours.zero_grad(set_to_none=True)
                 else:
-                    first, last = rank == 0, rank == (S - 1) % pp
+                    first, last = rank == sched.rank_of(0), rank == sched.rank_of(S - 1)
                     args_in = (torch.cat(tokens),) if first else ()
                     torch_sched.step(*args_in, target=torch.cat(targets) if last else None)
                     opt_theirs.step()

@@ -21,7 +21,8 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text:
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        if action.option_strings and shown and "%(default)" not in text:
             text += " (default: %(default)s)"
         return text
 

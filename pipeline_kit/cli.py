@@ -118,13 +118,15 @@ def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None
     add_schedule_args(p, required)
     p.add_argument("--fwd", type=non_negative_float, default=1.0,
                    help="forward time of one microbatch through one rank's whole share (default 1.0)")
-    p.add_argument("--bwd", type=non_negative_float, default=2.0, help="full backward time, same convention (default 2.0)")
+    p.add_argument("--bwd", type=non_negative_float, default=2.0,
+                   help="full backward time, same convention (default 2.0)")
     p.add_argument("--wgrad", type=non_negative_float, default=None,
                    help="weight-grad part of bwd for split-backward schedules (zb-h1); default bwd/2")
     p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
                    help="relative cost factor per rank (pp values) or per virtual stage (pp*chunks values)")
     p.add_argument("--p2p-latency", type=non_negative_float, default=0.0, help="time of each P2P transfer (default 0)")
-    p.add_argument("--p2p-bytes", type=non_negative_float, default=0.0, help="bytes per boundary transfer (needs --bandwidth)")
+    p.add_argument("--p2p-bytes", type=non_negative_float, default=0.0,
+                   help="bytes per boundary transfer (needs --bandwidth)")
     p.add_argument("--bandwidth", type=positive_float, default=None, help="P2P bandwidth in bytes per time unit")
     p.add_argument("--activation-bytes", type=non_negative_float, default=0.0,
                    help="activation bytes one microbatch keeps live on a rank's share until its backward")
@@ -151,7 +153,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except ScheduleError as exc:
         print(f"invalid: {exc}")
         return EXIT_INVALID
-    print(f"valid: {sched.name} pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}, {sched.num_ops} ops")
+    print(f"valid: {sched.name} pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}, "
+          f"{sched.num_ops} ops")
     return 0
 
 
@@ -179,7 +182,8 @@ def cmd_draw(args: argparse.Namespace) -> int:
     try:
         from .viz import Timeline, draw_memory, draw_timeline, to_chrome_trace
     except ImportError as exc:
-        raise UsageError(f"drawing needs matplotlib ({exc}); install the kit with pip install -r requirements.txt") from None
+        raise UsageError(f"drawing needs matplotlib ({exc}); install the kit with pip install -r requirements.txt") \
+            from None
     if args.trace:
         from .layout.measure import TraceError, load_trace
         try:
@@ -235,8 +239,8 @@ def add_check_timeline_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_check_timeline(args: argparse.Namespace) -> int:
     from .grading import check_timeline
-    report = check_timeline(read_file_arg(args.file), args.pp, args.microbatches, args.schedule, args.fwd_slots, args.bwd_slots,
-                            name=args.file)
+    report = check_timeline(read_file_arg(args.file), args.pp, args.microbatches, args.schedule, args.fwd_slots,
+                            args.bwd_slots, name=args.file)
     print(json.dumps(report.to_dict()) if args.json else report.text())
     return 0
 

@@ -142,78 +142,146 @@ def main(argv=None) -> int:
 
 
 def _run(args, env, schedule, fault, layout) -> int:
+    """One rank's job, top to bottom: build its stages, connect, run the steps, report."""
     import torch
-    import torch.distributed as dist
 
-    from .layout import Layout, StageSpec
-    from .runtime.compute import ModelCompute, SyntheticCompute
-    from .runtime.executor import run_step
-    from .runtime.grads import compare_grads, reference_grads, sync_tied_grads
-    from .runtime.loss import loss_to_all_ranks
-    from .runtime.model import GPTConfig, build_stage, make_batch, split_layers
+    from .runtime.faults import inject
     from .runtime.p2p import P2P, measure_latency
-    from .sim import Costs, simulate
 
     torch.set_num_threads(1)
     _say(env, env.describe())
-    pp, rank, v = schedule.pp, env.rank, schedule.chunks
-    cfg = GPTConfig(vocab=args.vocab, seq_len=args.seq_len, hidden=args.hidden, heads=args.heads,
-                    layers=args.layers, tie_embeddings=args.tie_embeddings, seed=args.seed)
-    shape = (args.micro_batch_size, args.seq_len, args.hidden)
-    layer_ids = [s.layers for s in layout.stages] if layout else split_layers(cfg.layers, schedule.stages)
-    mine = schedule.stages_of(rank)  # this rank's virtual stage per chunk
-    stages = {c: build_stage(cfg, s, schedule.stages, layer_ids[s]).to(env.device) for c, s in enumerate(mine)}
-    params = [p for s in stages.values() for p in s.parameters()]
-    stage_params = [None] * schedule.stages
-    for c, s in stages.items():
-        stage_params[mine[c]] = s.num_params()
-    gathered = [None] * env.world
-    dist.all_gather_object(gathered, stage_params)
-    stage_params = [next(g[s] for g in gathered if g[s] is not None) for s in range(schedule.stages)]
-    _say(env, f"schedule {schedule.name}: pp={pp} microbatches={schedule.microbatches} chunks={v}; "
-              f"parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
-
-    tied_group = None
-    ends = sorted({schedule.rank_of(0), schedule.rank_of(schedule.stages - 1)})  # embedding, output layer
-    if cfg.tie_embeddings and len(ends) > 1:
-        tied_group = dist.new_group(ends)
-        if rank not in ends:
-            tied_group = None
-    p2p = P2P(schedule, rank, env.device, shape, timeout_s=args.p2p_timeout, verbose=args.verbose_p2p,
-              fault=fault, send_shapes=args.send_shapes, via_host=env.stage_through_host)
+    cfg = _model_spec(args)
+    layout = layout or _default_layout(cfg, schedule)
+    stages, stage_params = _build_stages(env, schedule, cfg, layout)
+    _say(env, f"schedule {schedule.name}: pp={schedule.pp} microbatches={schedule.microbatches} "
+              f"chunks={schedule.chunks}; parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
+    p2p = P2P(schedule, env.rank, env.device, _boundary_shape(args), timeout_s=args.p2p_timeout,
+              verbose=args.verbose_p2p, send_shapes=args.send_shapes, via_host=env.stage_through_host)
     latency = measure_latency(p2p)
-    optimizer = torch.optim.SGD(params, lr=args.lr) if params else None
-    cuda = env.device.type == "cuda"
+    job = _SyntheticJob(args, env, schedule) if args.synthetic_compute else _TrainingJob(args, env, schedule, cfg,
+                                                                                          stages)
+    compute, p2p = inject(fault, env.rank, job.compute, p2p)
+    record, step_times, makespans, losses = _run_steps(args, env, schedule, cfg, job, compute, p2p)
+    everyone = _gather_last_step(env, record, job)
+    if env.rank == 0:
+        summary = _summary(args, env, schedule, cfg, layout, stage_params, latency, job, everyone, step_times,
+                           makespans, losses)
+        _print_summary(summary, schedule, job)
+        _write_outputs(args, schedule, cfg, summary, everyone, latency)
+    return 0
 
-    synthetic = args.synthetic_compute
-    if synthetic is not None:  # the simulator's cost convention: a rank's whole share, 1/v per chunk
-        f_ms, b_ms = synthetic[0], synthetic[1]
-        w_ms = synthetic[2] if len(synthetic) == 3 else b_ms / 2
-        synthetic_costs = Costs(fwd=f_ms / 1000, bwd=b_ms / 1000, wgrad=w_ms / 1000)
-        compute = SyntheticCompute(synthetic_costs.resolve(pp, v, schedule.placement), mine, shape, env.device)
-    else:
-        compute = ModelCompute(stages, schedule.microbatches, deallocate=not args.no_deallocate)
-    step_times, makespans, losses, grads_report, record = [], [], [], None, None
+
+# -- building ------------------------------------------------------------------------------------------
+def _model_spec(args):
+    """The model of the command line; the runtime trains in fp32."""
+    from .layout import ModelSpec
+    return ModelSpec(vocab=args.vocab, seq_len=args.seq_len, hidden=args.hidden, heads=args.heads, layers=args.layers,
+                     tie_embeddings=args.tie_embeddings, micro_batch_size=args.micro_batch_size, dtype_bytes=4,
+                     seed=args.seed)
+
+
+def _default_layout(cfg, schedule):
+    from .runtime.model import default_layout
+    return default_layout(cfg.layers, schedule.stages)
+
+
+def _boundary_shape(args) -> tuple[int, int, int]:
+    """What crosses every stage boundary: ``[micro_batch, seq, hidden]``."""
+    return (args.micro_batch_size, args.seq_len, args.hidden)
+
+
+def _build_stages(env, schedule, cfg, layout):
+    """This rank's model chunks ``{chunk: StageModule}``, and every stage's parameter count (from all ranks)."""
+    import torch.distributed as dist
+
+    from .runtime.model import build_stage
+    mine = schedule.stages_of(env.rank)  # this rank's virtual stage per chunk
+    stages = {c: build_stage(cfg, s, layout.num_stages, layout.stages[s].layers).to(env.device)
+              for c, s in enumerate(mine)}
+    counts = [None] * schedule.stages
+    for c, module in stages.items():
+        counts[mine[c]] = module.num_params()
+    gathered = [None] * env.world
+    dist.all_gather_object(gathered, counts)
+    return stages, [next(g[s] for g in gathered if g[s] is not None) for s in range(schedule.stages)]
+
+
+class _TrainingJob:
+    """Real compute: the model's stages, autograd, and after each step's flush the optimizer."""
+
+    synthetic = False
+
+    def __init__(self, args, env, schedule, cfg, stages):
+        import torch
+        import torch.distributed as dist
+
+        from .runtime.compute import ModelCompute
+        self.args, self.cfg, self.stages = args, cfg, stages
+        self.compute = ModelCompute(stages, schedule.microbatches, deallocate_pipeline_outputs=not args.no_deallocate)
+        params = [p for s in stages.values() for p in s.parameters()]
+        self.optimizer = torch.optim.SGD(params, lr=args.lr) if params else None
+        self.tied_group = None  # the ranks holding the two copies of a tied embedding: first and last stage
+        ends = sorted({schedule.rank_of(0), schedule.rank_of(schedule.stages - 1)})
+        if cfg.tie_embeddings and len(ends) > 1:
+            group = dist.new_group(ends)  # collective: every rank creates it
+            self.tied_group = group if env.rank in ends else None
+        self.grads_report = None
+
+    def after_flush(self, step: int, tokens, targets) -> None:
+        """Megatron's order after the pipeline flush: sync tied grads, (check them), step, zero."""
+        from .runtime.grads import compare_grads, reference_grads, sync_tied_grads
+        if self.cfg.tie_embeddings:
+            sync_tied_grads(self.stages, self.tied_group)
+        if step == 0 and self.args.check_grads:
+            self.grads_report = compare_grads(self.stages, reference_grads(self.cfg, tokens, targets),
+                                              self.cfg.tie_embeddings)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+class _SyntheticJob:
+    """``--synthetic-compute``: every op sleeps for the simulator's cost, so the schedule and P2P are timed alone."""
+
+    synthetic = True
+    grads_report = None
+
+    def __init__(self, args, env, schedule):
+        from .runtime.compute import SyntheticCompute
+        from .sim import Costs
+        f_ms, b_ms, *w_ms = args.synthetic_compute
+        # the simulator's cost convention: a rank's whole share, 1/v per chunk
+        self.costs = Costs(fwd=f_ms / 1000, bwd=b_ms / 1000, wgrad=(w_ms[0] if w_ms else b_ms / 2) / 1000)
+        self.compute = SyntheticCompute(self.costs.resolve(schedule.pp, schedule.chunks, schedule.placement),
+                                        schedule.stages_of(env.rank), _boundary_shape(args), env.device)
+
+    def after_flush(self, step: int, tokens, targets) -> None:
+        pass
+
+
+# -- running -------------------------------------------------------------------------------------------
+def _run_steps(args, env, schedule, cfg, job, compute, p2p):
+    """``args.steps`` training steps; rank 0 prints one line each.  Returns the last step's record and the series."""
+    import torch
+    import torch.distributed as dist
+
+    from .runtime.executor import run_step
+    from .runtime.loss import loss_to_all_ranks
+    from .runtime.model import make_batch
+    cuda = env.device.type == "cuda"
     tokens_per_step = schedule.microbatches * args.micro_batch_size * args.seq_len
+    step_times, makespans, losses, record = [], [], [], None
     for step in range(args.steps):
         tokens, targets = make_batch(cfg, schedule.microbatches, args.micro_batch_size, step, env.device)
-        if synthetic is None:
-            compute.new_step(targets)
+        compute.new_step(targets)
         if cuda:
             torch.cuda.synchronize()
             if step == args.steps - 1:
                 torch.cuda.reset_peak_memory_stats()
         dist.barrier()
         t0 = time.perf_counter()
-        record = run_step(schedule, rank, compute, p2p, tokens, fault=fault, cuda_sync=cuda)
+        record = run_step(schedule, env.rank, compute, p2p, tokens, cuda_sync=cuda)
         p2p.finish_step()
-        if synthetic is None:
-            if cfg.tie_embeddings:
-                sync_tied_grads(stages, tied_group)
-            if step == 0 and args.check_grads:
-                grads_report = compare_grads(stages, reference_grads(cfg, tokens, targets), cfg.tie_embeddings)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        job.after_flush(step, tokens, targets)
         if cuda:
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
@@ -223,27 +291,36 @@ def _run(args, env, schedule, fault, layout) -> int:
         step_times.append(step_time)
         makespans.append(max(end for _, end in times))  # the schedule's own span: last op end, any rank
         loss = loss_to_all_ranks(compute.take_loss(), schedule.rank_of(schedule.stages - 1), env.device)
-        losses.append(loss if synthetic is None else None)
+        losses.append(None if job.synthetic else loss)
         _say(env, f"step {step + 1}/{args.steps}  time {step_time * 1000:8.1f} ms  "
-                  + (f"loss {loss:.4f}  " if synthetic is None else "synthetic compute  ")
+                  + ("synthetic compute  " if job.synthetic else f"loss {loss:.4f}  ")
                   + f"tokens/s {tokens_per_step / step_time:,.0f}")
+    return record, step_times, makespans, losses
 
-    # -- summary: gather every rank's view of the last step --------------------------------------
-    mine = {"rank": rank, "events": record.events, "waits": record.waits, "end": record.end,
+
+def _gather_last_step(env, record, job) -> list[dict]:
+    """Every rank's view of the last step, on every rank."""
+    import torch
+    import torch.distributed as dist
+    mine = {"rank": env.rank, "events": record.events, "waits": record.waits, "end": record.end,
             "peak_activations": record.peak_activations, "peak_activation_bytes": record.peak_activation_bytes,
-            "freed_output_bytes": getattr(compute, "freed_output_bytes", 0),
-            "grads": grads_report,
-            "cuda_max_memory_allocated": torch.cuda.max_memory_allocated() if cuda else None}
+            "deallocated_output_bytes": job.compute.deallocated_output_bytes, "grads": job.grads_report,
+            "cuda_max_memory_allocated": torch.cuda.max_memory_allocated() if env.device.type == "cuda" else None}
     everyone = [None] * env.world
     dist.all_gather_object(everyone, mine)
-    if rank != 0:
-        return 0
-    sim = simulate(schedule, fwd=1.0, bwd=2.0)
+    return everyone
+
+
+# -- reporting (rank 0) --------------------------------------------------------------------------------
+def _summary(args, env, schedule, cfg, layout, stage_params, latency, job, everyone, step_times, makespans,
+             losses) -> dict:
+    from .sim import simulate
+    tokens_per_step = schedule.microbatches * args.micro_batch_size * args.seq_len
     summary = {
-        "schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
+        "schedule": schedule.name, "pp": schedule.pp, "microbatches": schedule.microbatches, "chunks": schedule.chunks,
         "backend": env.backend, "device": env.device.type, "world": env.world,
         "config": cfg.to_dict(), "micro_batch_size": args.micro_batch_size, "stage_params": stage_params,
-        "layout": str(Layout(tuple(StageSpec(s == 0, r, s == schedule.stages - 1) for s, r in enumerate(layer_ids)))),
+        "layout": str(layout),
         "step_times": step_times, "losses": losses,
         "tokens_per_s": tokens_per_step / statistics.median(step_times),
         # the first step pays one-time costs (allocations, connections): the median of the rest is the figure
@@ -251,16 +328,16 @@ def _run(args, env, schedule, fault, layout) -> int:
         "makespans": makespans,
         "p2p_latency": latency,
         "peak_activations": [r["peak_activations"] for r in everyone],
-        "simulated_peak_activations": sim.peak_activations,
+        "simulated_peak_activations": simulate(schedule, fwd=1.0, bwd=2.0).peak_activations,
         "peak_activation_bytes": [r["peak_activation_bytes"] for r in everyone],
-        "deallocated_output_bytes": [r["freed_output_bytes"] for r in everyone],
+        "deallocated_output_bytes": [r["deallocated_output_bytes"] for r in everyone],
         "cuda_max_memory_allocated": [r["cuda_max_memory_allocated"] for r in everyone],
-        "synthetic_compute": synthetic,
+        "synthetic_compute": args.synthetic_compute,
     }
-    if synthetic is not None:
-        pred = simulate(schedule, replace(synthetic_costs, p2p_latency=latency))
-        summary["predicted_makespan"] = pred.makespan
-        summary["prediction_error"] = summary["makespan"] / pred.makespan - 1
+    if job.synthetic:
+        predicted = simulate(schedule, replace(job.costs, p2p_latency=latency)).makespan
+        summary["predicted_makespan"] = predicted
+        summary["prediction_error"] = summary["makespan"] / predicted - 1
     if args.check_grads:
         reports = [r["grads"] for r in everyone]
         worst = max(reports, key=lambda g: g["max_rel_error"])
@@ -269,39 +346,46 @@ def _run(args, env, schedule, fault, layout) -> int:
         summary["grads_match"] = worst["max_rel_error"] <= 1e-6
     else:
         summary["grads_match"] = None
+    return summary
 
-    print(f"summary: median step {statistics.median(step_times) * 1000:.1f} ms, median makespan "
+
+def _print_summary(summary: dict, schedule, job) -> None:
+    median_step = statistics.median(summary["step_times"])
+    print(f"summary: median step {median_step * 1000:.1f} ms, median makespan "
           f"{summary['makespan'] * 1000:.1f} ms (steps after the first), {summary['tokens_per_s']:,.0f} tokens/s")
-    if synthetic is not None:
+    if job.synthetic:
         print(f"simulator predicts {summary['predicted_makespan'] * 1000:.1f} ms with the measured P2P latency "
-              f"{latency * 1e6:.0f} us: measured/predicted = {1 + summary['prediction_error']:.3f}")
+              f"{summary['p2p_latency'] * 1e6:.0f} us: measured/predicted = {1 + summary['prediction_error']:.3f}")
     print(f"peak live activations per rank: {summary['peak_activations']} "
           f"(simulator: {summary['simulated_peak_activations']})")
-    if synthetic is None:
-        print(f"activation bytes at peak per rank: {[f'{b / 2**20:.2f} MiB' for b in summary['peak_activation_bytes']]}")
+    if not job.synthetic:
+        at_peak = [f"{b / 2**20:.2f} MiB" for b in summary["peak_activation_bytes"]]
+        print(f"activation bytes at peak per rank: {at_peak}")
         freed = summary["deallocated_output_bytes"]
         if any(freed):
-            per_mb = max(freed) / max(1, schedule.microbatches * v)
+            per_mb = max(freed) / max(1, schedule.microbatches * schedule.chunks)
             print(f"deallocate_output_tensor freed {sum(freed) / 2**20:.2f} MiB of sent outputs this step "
                   f"({per_mb / 2**10:.1f} KiB per microbatch-chunk; graphs kept for backward)")
-    if cuda:
+    if summary["device"] == "cuda":
         print(f"torch.cuda.max_memory_allocated per rank: {summary['cuda_max_memory_allocated']}")
-    if args.check_grads:
+    if summary["grads_match"] is not None:
         b, t = summary["grads_bitwise"]
         print(f"grads match the single-process reference: {summary['grads_match']} (max relative error "
               f"{summary['max_rel_error']:.2e}; {b} of {t} parameter tensors bitwise equal)")
+
+
+def _write_outputs(args, schedule, cfg, summary: dict, everyone: list[dict], latency: float) -> None:
+    """``--json`` (the summary) and ``--trace`` (the last step, in the trace module's format)."""
+    from .trace import new_trace
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=1)
     if args.trace:
-        trace = {"schedule": schedule.name, "pp": pp, "microbatches": schedule.microbatches, "chunks": v,
-                 "source": "runtime", "makespan": max(r["end"] for r in everyone), "p2p_latency": latency,
-                 "layers": cfg.layers, "layout": summary["layout"],
-                 "timeline": [e for r in everyone for e in r["events"]],
-                 "waits": [w for r in everyone for w in r["waits"]]}
+        trace = new_trace(schedule, "runtime", max(r["end"] for r in everyone),
+                          [e for r in everyone for e in r["events"]], [w for r in everyone for w in r["waits"]],
+                          latency, cfg.layers, summary["layout"])
         with open(args.trace, "w", encoding="utf-8") as fh:
             json.dump(trace, fh)
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ def chromium_driver():
     binary = next((b for b in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if b), None)
     driver_path = shutil.which("chromedriver")
     if not binary or not driver_path:
-        raise ChromiumUnavailable("chromium and chromedriver must be on PATH (Debian: apt install chromium chromium-driver)")
+        raise ChromiumUnavailable("chromium and chromedriver must be on PATH "
+                                  "(Debian: apt install chromium chromium-driver)")
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
     for flag in CHROMIUM_FLAGS:

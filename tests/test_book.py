@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from figure_outputs import figures_without_pictures
 
 yaml = pytest.importorskip("yaml")
 
@@ -90,3 +91,12 @@ def test_numbers_are_computed_not_typed(html):
     """The PP8/M16 bubble appears in the bubble chapter as the simulator computed it."""
     text = re.sub(r"<[^>]+>", " ", (html / "chapters" / "bubble.html").read_text(encoding="utf-8"))
     assert "30.4%" in text
+
+
+def test_executed_chapters_show_pictures_not_figure_text(html):
+    """The build's executed notebooks: every figure a chapter shows is an image, never ``<Figure size ...>``."""
+    executed = sorted((html.parent / "jupyter_execute").rglob("*.ipynb"))
+    with_code = {p.stem for p in (BOOK / "chapters").glob("*.md") if "{code-cell}" in p.read_text(encoding="utf-8")}
+    assert with_code and with_code <= {p.stem for p in executed}  # every chapter with code ran: none is missed
+    found = [f for nb in executed for f in figures_without_pictures(nb)]
+    assert not found, "\n".join(found)

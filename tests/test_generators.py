@@ -50,7 +50,8 @@ def test_interleaved_pp2_m4_v2_exact_orders():
 
 def test_interleaved_table_and_warmup_follow_megatron():
     # Megatron's own docstring example: PP2, group 3, M5, VP2
-    assert interleaved_table(5, 2, 3) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (3, 1), (4, 1)]
+    assert interleaved_table(5, 2, 3) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (3, 1),
+                                          (4, 1)]
     assert [interleaved_warmup(4, r, 8, 2, 4) for r in range(4)] == [10, 8, 6, 4]
     assert interleaved_warmup(4, 0, 4, 2, 4) == 8  # capped at M * v: all forwards first
 

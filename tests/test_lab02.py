@@ -1,4 +1,5 @@
-"""Lab 2 (GPipe and 1F1B drawn by hand): typical wrong answers lose exactly their rubric points, with the right feedback."""
+"""Lab 2 (GPipe and 1F1B drawn by hand): typical wrong answers lose exactly their rubric points, with the right
+feedback."""
 
 import pytest
 from lab_grading import assert_partial, grade_answers
@@ -65,9 +66,11 @@ def test_readings():
 
 
 def test_measurements():
-    fails(lab02.check_imbalance, {"gpipe": 41, "1f1b": 40}, {"gpipe": 6, "1f1b": 16}, match="slows only stage 2's forward")
+    fails(lab02.check_imbalance, {"gpipe": 41, "1f1b": 40}, {"gpipe": 6, "1f1b": 16},
+          match="slows only stage 2's forward")
     fails(lab02.check_imbalance, {"gpipe": 57, "1f1b": 55}, {"gpipe": 6, "1f1b": 6}, match="is GPipe's count")
-    fails(lab02.check_imbalance, {"gpipe": 57, "1f1b": 55}, {"gpipe": 48, "1f1b": 48}, match="every transfer of the step")
+    fails(lab02.check_imbalance, {"gpipe": 57, "1f1b": 55}, {"gpipe": 48, "1f1b": 48},
+          match="every transfer of the step")
     fails(lab02.check_fill, [3, 2, 1, 0], match="reversed")
     fails(lab02.check_drain, [0, 1, 2, 3], match="charges f per rank")
     fails(lab02.check_rank_idle, lambda pp, m, f, b: (pp - 1) * f, [(4, 8, 1, 2)], match="only one direction")

@@ -90,7 +90,8 @@ def test_assumptions_flip_is_explained():
 
 def test_pp8_percentages_and_mixed_definitions():
     r = simulate(build_schedule("1f1b", 8, 16))
-    right = {"bubble": r.bubble_fraction, "utilisation": 1 - r.bubble_fraction, "bubble_over_ideal": r.bubble_over_ideal}
+    right = {"bubble": r.bubble_fraction, "utilisation": 1 - r.bubble_fraction,
+             "bubble_over_ideal": r.bubble_over_ideal}
     lab03.check_pp8(right)
     with pytest.raises(LabCheckFailed, match="not a percentage"):
         lab03.check_pp8({**right, "bubble": 30.43})
@@ -179,7 +180,8 @@ def test_gbs_and_design_checks():
     with pytest.raises(LabCheckFailed, match="multiply by dp"):
         lab03.check_gbs(lambda b, m, dp: b * m, lambda s, b, m, dp: s // (b * m * dp),
                         lambda g, m, dp: g // (m * dp), [(2, 8, 4, 1000)])
-    base = {"pp": 8, "dp": 2, "microbatches": 16, "micro_batch_size": 4, "seq_len": 2048, "layout": "even", "gpu": "H100"}
+    base = {"pp": 8, "dp": 2, "microbatches": 16, "micro_batch_size": 4, "seq_len": 2048, "layout": "even",
+            "gpu": "H100"}
     with pytest.raises(LabCheckFailed, match="misses 'global_batch'"):
         lab03.check_confounders(lambda a, b: {k for k in a if k not in lab03.STUDIED and a[k] != b[k]},
                                 [(base, {**base, "microbatches": 32})])

@@ -42,7 +42,8 @@ def test_reference_phases_are_the_kit_order():
     for pp, m in CASES:
         for r in range(pp):
             w = lab04.megatron_warmup(pp, m, r)
-            assert [op for part in lab04.shaped(w, m) for op in part] == [op.text() for op in one_f_one_b(pp, m).ranks[r]]
+            want = [op.text() for op in one_f_one_b(pp, m).ranks[r]]
+            assert [op for part in lab04.shaped(w, m) for op in part] == want
 
 
 def test_right_answers_pass():

@@ -277,7 +277,8 @@ def test_model_matches_the_real_counts_of_the_book_example():
     from lab_grading import SOLUTIONS
     nb = nbformat.read(str(SOLUTIONS / f"{LAB}.ipynb"), as_version=4)
     out = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    real = {int(r): (int(a), int(b)) for r, a, b in re.findall(r"\[rank (\d+)\] P2P TIMEOUT:.*?(\d+) received, (\d+) sent", out)}
+    real = {int(r): (int(a), int(b))
+            for r, a, b in re.findall(r"\[rank (\d+)\] P2P TIMEOUT:.*?(\d+) received, (\d+) sent", out)}
     assert real == lab05.model_counts(4, 8, (1, 3))
     assert isinstance(run_blocking, type(lab05.run_blocking))
 

@@ -124,7 +124,8 @@ def test_construction_wrong_answers(sol):
     with pytest.raises(LabCheckFailed, match="number layers globally"):
         lab06.check_stage_parts(local, [(1, 4, 8)])
     with pytest.raises(LabCheckFailed, match="only the first stage \\(pre_process, stage 0\\)"):
-        lab06.check_stage_parts(lambda s, n, layers: {**sol["stage_parts"](s, n, layers), "embedding": True}, [(1, 4, 8)])
+        lab06.check_stage_parts(lambda s, n, layers: {**sol["stage_parts"](s, n, layers), "embedding": True},
+                                [(1, 4, 8)])
     with pytest.raises(LabCheckFailed, match="build the stage yourself"):
         lab06.check_build_stage(lambda cfg, s, n: m047._kit_stage(cfg, s, n), [(lab06.small_cfg(layers=4), 2)])
 
@@ -243,7 +244,8 @@ def test_logging_and_vocab_wrong_answers(sol):
 
     def local(shards, targets):
         part = shards[0].shape[1]
-        return sum(torch.nn.functional.cross_entropy(s.as_subclass(torch.Tensor), (targets - k * part).clamp(0, part - 1))
+        return sum(torch.nn.functional.cross_entropy(s.as_subclass(torch.Tensor),
+                                                     (targets - k * part).clamp(0, part - 1))
                    for k, s in enumerate(shards)) / len(shards)
     with pytest.raises(LabCheckFailed, match="normalises over its 8 words only"):
         lab06.check_vocab_parallel(local, [(6, 16, 2, 1.0, 0)])

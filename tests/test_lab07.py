@@ -30,7 +30,8 @@ def slowest_stage(trace):
     local = '''rows = {r.name: r for r in decompose_speedup(8, 16, plan.stage_fwd, plan.stage_bwd, p2p_ms, 2.59)}
 params = [c.params for c in stage_costs(parse_layout(even), spec, 8)]
 local = {"bubble": 7 / 16, "bound": rows["bubble"].speedup, "efficiency": 2.59 / 8,
-         "param_ratio": max(params) / min(params), "slow_over_mean": max(plan.stage_times) / (sum(plan.stage_times) / 8)}
+         "param_ratio": max(params) / min(params),
+         "slow_over_mean": max(plan.stage_times) / (sum(plan.stage_times) / 8)}
 '''
     m32 = '''rows32 = {r.name: r for r in decompose_speedup(8, 32, plan.stage_fwd, plan.stage_bwd, p2p_ms)}
 naive = 2.59 * rows32["bubble"].speedup / rows["bubble"].speedup

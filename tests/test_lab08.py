@@ -131,7 +131,7 @@ def test_stage_bytes_terms():
     with pytest.raises(LabCheckFailed, match="scale by dtype_bytes / 2"):
         lab08.check_stage_bytes(lambda *a: right(*a, scale=False), cases)
     with pytest.raises(LabCheckFailed, match="fp32"):
-        lab08.check_stage_bytes(lambda sp, n, e, last: right(sp, n, e, last, logits_bytes=sp.dtype_bytes if last else 4),
+        lab08.check_stage_bytes(lambda sp, n, e, end: right(sp, n, e, end, logits_bytes=sp.dtype_bytes if end else 4),
                                 [("Et*4|t*4|t*4|t*4L", PRESETS["seed-pp8"][0], 4)])
 
 
@@ -188,7 +188,8 @@ def test_follow_052():
         out = []
         for r in range(result.schedule.pp):
             ev = result.rank_events(r)
-            out.append(sum(e.op.kind == "F" and e.end <= t for e in ev) - sum(e.op.kind == "B" and e.end <= t for e in ev))
+            out.append(sum(e.op.kind == "F" and e.end <= t for e in ev)
+                       - sum(e.op.kind == "B" and e.end <= t for e in ev))
         return out
 
     with pytest.raises(LabCheckFailed, match="middle of a forward"):

@@ -151,7 +151,7 @@ def test_balancer_is_exact(costs, data):
 
 def test_balancer_on_the_seed_case_moves_layers_off_the_loss_stage():
     spec = PRESETS["seed-pp8"][0]
-    from pipeline_kit.layout.commands import item_times_from_flops
+    from pipeline_kit.layout import item_times_from_flops
     result = balance(item_times_from_flops(spec, 100.0), pp=8, microbatches=16)
     assert str(result.even.layout) == "Et*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2L"
     best = result.best.layout
@@ -209,7 +209,8 @@ def test_layout_command_prints_the_table():
 @pytest.mark.parametrize("args,message", [
     (["layout", "Et*2|t*2|...|tL", "--pp", "8"], "argument LAYOUT: position 10: unknown symbol '.'"),
     (["layout", "Et|t|tL", "--pp", "2"], "the layout has 3 stages, which pp=2 does not divide"),
-    (["layout", "Et|tL", "--pp", "2", "--config", "seed-pp8"], "the layout has 2 decoder layers (t) but the model has 16"),
+    (["layout", "Et|tL", "--pp", "2", "--config", "seed-pp8"],
+     "the layout has 2 decoder layers (t) but the model has 16"),
     (["balance", "--config", "nope", "--pp", "2"], "--config 'nope' is neither a preset"),
     (["balance", "--config", "tiny", "--pp", "2", "--trace", "/nonexistent.json"], "argument --trace: --trace"),
 ])

@@ -191,7 +191,8 @@ const out = [];
 for (const [d, cfg] of arguments[0]) {
   const s = PK.fromDict(d);
   const factors = cfg.slowRank >= 0 ? s.ranks.map((_, r) => r === cfg.slowRank ? cfg.slowFactor : 1.0) : null;
-  const r = PK.simulate(s, PK.resolveCosts(s, {fwd: 1.0, bwd: cfg.bwdRatio, stageCosts: factors, p2pLatency: cfg.latency}));
+  const r = PK.simulate(s, PK.resolveCosts(s, {fwd: 1.0, bwd: cfg.bwdRatio, stageCosts: factors,
+                                               p2pLatency: cfg.latency}));
   out.push({times: r.events.map(evs => evs.map(e => [PK.opText(e.op, s.chunks), e.start, e.end])), makespan: r.makespan,
             bubble: r.bubbleFraction, peaks: r.peakActivations});
 }
@@ -218,7 +219,8 @@ def test_the_port_follows_the_kits_v_placement(page):
         res = simulate(sched, kit_costs(sched, cfg))
         times = [[[sched.op_text(e.op), e.start, e.end] for e in res.rank_events(r)] for r in range(sched.pp)]
         assert [[t[0] for t in row] for row in got["times"]] == [[t[0] for t in row] for row in times]
-        assert all(close(a[1], b[1]) and close(a[2], b[2]) for ra, rb in zip(times, got["times"]) for a, b in zip(ra, rb))
+        assert all(close(a[1], b[1]) and close(a[2], b[2])
+                   for ra, rb in zip(times, got["times"]) for a, b in zip(ra, rb))
         assert close(res.makespan, got["makespan"]) and close(res.bubble_fraction, got["bubble"])
         assert res.peak_activations == got["peaks"]
 
@@ -237,7 +239,9 @@ const err = read('pk-error');
 return {bubble: read('pk-bubble').textContent, bubbleValue: read('pk-bubble').dataset.value,
         makespan: read('pk-makespan').textContent, makespanValue: read('pk-makespan').dataset.value,
         peaks: read('pk-peaks').textContent, command: read('pk-command').textContent,
-        error: err.hidden ? null : err.textContent, boxes: [...document.querySelectorAll('.pk-ops path')].reduce((n, p) => n + p.getAttribute('d').split('M').length - 1, 0)};
+        error: err.hidden ? null : err.textContent,
+        boxes: [...document.querySelectorAll('.pk-ops path')]
+          .reduce((n, p) => n + p.getAttribute('d').split('M').length - 1, 0)};
 """
 
 
@@ -252,12 +256,14 @@ def set_inputs(driver, cfg: dict, events=("change",)) -> dict:
 
 def cli_args(cfg: dict) -> list[str]:
     """``python -m pipeline_kit simulate`` arguments for one page configuration, built independently."""
-    args = ["simulate", "--schedule", cfg["schedule"], "--pp", str(cfg["pp"]), "--microbatches", str(cfg["microbatches"])]
+    args = ["simulate", "--schedule", cfg["schedule"], "--pp", str(cfg["pp"]),
+            "--microbatches", str(cfg["microbatches"])]
     if cfg["schedule"] == "interleaved":
         args += ["--chunks", str(cfg["chunks"])]
     args += ["--fwd", "1", "--bwd", str(cfg["bwdRatio"])]
     if cfg["slowRank"] >= 0:
-        args += ["--stage-costs", ",".join(str(cfg["slowFactor"]) if r == cfg["slowRank"] else "1" for r in range(cfg["pp"]))]
+        factors = (str(cfg["slowFactor"]) if r == cfg["slowRank"] else "1" for r in range(cfg["pp"]))
+        args += ["--stage-costs", ",".join(factors)]
     return args + ["--p2p-latency", str(cfg["latency"])]
 
 

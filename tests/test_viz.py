@@ -169,13 +169,46 @@ def test_explorer_render_and_metrics():
     assert "not a valid configuration" in metrics_html(metrics)
 
 
-def test_explorer_widget_builds():
-    pytest.importorskip("ipywidgets")
+def test_explorer_redraws_into_one_figure_exactly_as_a_fresh_one():
+    """The explorer reuses one figure: nothing of an earlier configuration (or error) may linger in it."""
+    from pipeline_kit.viz.figure import png_bytes
+    fig = render("interleaved", 8, 32, 4, slow_stage=3, slowdown=2.0, p2p_latency=0.2)[0]
+    assert "error" in render("interleaved", 4, 6, 2, fig=fig)[1]
+    assert render("gpipe", 2, 4, fig=fig)[0] is fig
+    assert png_bytes(fig, tight=False) == png_bytes(render("gpipe", 2, 4)[0], tight=False)
+
+
+def test_explorer_widget_draws_a_picture_and_redraws_it():
+    """The timeline is PNG bytes in an ``ipywidgets.Image`` (no backend involved); a control redraws it."""
+    w = pytest.importorskip("ipywidgets")
     from pipeline_kit.viz import explorer
     panel = explorer()
     sliders = [c for box in panel.children[:2] for c in box.children]
     assert [s.description for s in sliders] == ["schedule", "pp", "microbatches", "chunks (v)", "B / F",
                                                "slow stage", "slowdown", "P2P latency"]
+    ctl = {s.description: s for s in sliders}
+    image, table = panel.children[2:]
+    assert isinstance(image, w.Image) and bytes(image.value).startswith(b"\x89PNG")
+    before = (bytes(image.value), table.value)
+    ctl["microbatches"].value = 9
+    assert bytes(image.value) != before[0] and "0.2500" in table.value and "0.2727" in before[1]
+
+
+def test_explorer_slow_stage_is_a_choice_of_rank():
+    pytest.importorskip("ipywidgets")
+    from pipeline_kit.viz import explorer
+    ctl = {c.description: c for box in explorer(pp=4).children[:2] for c in box.children}
+    slow = ctl["slow stage"]
+    assert slow.options == (("none", -1), ("rank 0", 0), ("rank 1", 1), ("rank 2", 2), ("rank 3", 3))
+    assert slow.label == "none" and ctl["slowdown"].disabled
+    slow.value = 3
+    assert not ctl["slowdown"].disabled
+    ctl["pp"].value = 6  # more ranks: the choice stays
+    assert slow.value == 3 and slow.options[-1] == ("rank 5", 5)
+    ctl["pp"].value = 2  # rank 3 is gone: back to none
+    assert slow.value == -1 and [label for label, _ in slow.options] == ["none", "rank 0", "rank 1"]
+    with pytest.raises(TypeError, match="no control"):
+        explorer(stages=4)
 
 
 def test_animation_steps_slot_by_slot():

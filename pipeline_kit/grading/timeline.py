@@ -51,8 +51,9 @@ def parse_grid(text: str, fwd_slots: int = 1, bwd_slots: int = 1) -> dict[int, l
                 pending -= 1
                 continue
             if pending:
-                raise GridError(f"row {lineno} (r{rank}), column {col}: {last} takes {_slots(last, fwd_slots, bwd_slots)} "
-                                f"slots; write it followed by {_slots(last, fwd_slots, bwd_slots) - 1} '-'")
+                slots = _slots(last, fwd_slots, bwd_slots)
+                raise GridError(f"row {lineno} (r{rank}), column {col}: {last} takes {slots} slots; write it followed "
+                                f"by {slots - 1} '-'")
             if token == ".":
                 continue
             try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..schedules import build_schedule
 from ..sim import simulate
+from .costs import ModelSpec, layer_flops_per_token, loss_flops_per_token
 from .spec import Layout, LayoutError, StageSpec
 
 
@@ -36,6 +37,15 @@ class ItemTimes:
     def scaled(self, factor: float) -> ItemTimes:
         """The same times in another unit (``scaled(1e3)``: seconds to milliseconds)."""
         return ItemTimes(tuple(f * factor for f in self.fwd), tuple(b * factor for b in self.bwd))
+
+
+def item_times_from_flops(spec: ModelSpec, tflops: float) -> ItemTimes:
+    """Forward/backward seconds per microbatch of each item from its FLOPs at ``tflops`` achieved."""
+    tokens = spec.seq_len * spec.micro_batch_size
+    per = 1.0 / (tflops * 1e12)
+    layer = tokens * layer_flops_per_token(spec) * per
+    loss = tokens * loss_flops_per_token(spec) * per
+    return ItemTimes.uniform(spec.layers, layer_fwd=layer, embedding_fwd=0.0, loss_fwd=loss)
 
 
 @dataclass

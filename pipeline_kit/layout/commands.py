@@ -6,17 +6,8 @@ import argparse
 from dataclasses import replace
 
 from ..argtypes import UsageError, non_negative_float, positive_float, positive_int
-from .balance import ItemTimes, balance, plan_for
-from .costs import (
-    PRESETS,
-    ModelSpec,
-    boundary_bytes,
-    format_table,
-    layer_flops_per_token,
-    load_model_spec,
-    loss_flops_per_token,
-    stage_costs,
-)
+from .balance import balance, item_times_from_flops, plan_for
+from .costs import PRESETS, ModelSpec, boundary_bytes, format_table, load_model_spec, stage_costs
 from .measure import TraceError, format_services, item_times_from_trace, load_trace, predict_from_trace, service_times
 from .spec import LayoutError, even_layout, parse_layout, uneven_layout
 from .speedup import decompose_speedup, format_factors
@@ -67,17 +58,9 @@ def cmd_layout(args: argparse.Namespace) -> int:
     return 0
 
 
-def item_times_from_flops(spec: ModelSpec, tflops: float) -> ItemTimes:
-    """Forward/backward seconds per microbatch of each item from its FLOPs at ``tflops`` achieved."""
-    tokens = spec.seq_len * spec.micro_batch_size
-    per = 1.0 / (tflops * 1e12)
-    layer = tokens * layer_flops_per_token(spec) * per
-    loss = tokens * loss_flops_per_token(spec) * per
-    return ItemTimes.uniform(spec.layers, layer_fwd=layer, embedding_fwd=0.0, loss_fwd=loss)
-
-
 def add_balance_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE_OR_PRESET", required=True, help=f"model (JSON file or preset). {PRESET_HELP}")
+    p.add_argument("--config", metavar="FILE_OR_PRESET", required=True,
+                   help=f"model (JSON file or preset). {PRESET_HELP}")
     p.add_argument("--pp", type=positive_int, required=True)
     p.add_argument("--chunks", type=positive_int, default=1, help="virtual stages per rank (default 1)")
     p.add_argument("--microbatches", type=positive_int, default=None, help="microbatches per step (default 2 * pp)")
@@ -128,7 +111,8 @@ def add_speedup_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured", type=positive_float, help="the measured speedup over one device (e.g. 2.59)")
     p.add_argument("--tflops", type=positive_float, default=100.0, help="achieved TFLOP/s per device (default 100)")
     p.add_argument("--p2p-latency-us", type=non_negative_float, default=0.0, help="fixed cost per transfer, us")
-    p.add_argument("--p2p-gbps", type=positive_float, default=None, help="P2P bandwidth in GB/s (bytes/transfer / this)")
+    p.add_argument("--p2p-gbps", type=positive_float, default=None,
+                   help="P2P bandwidth in GB/s (bytes/transfer / this)")
 
 
 def cmd_speedup(args: argparse.Namespace) -> int:

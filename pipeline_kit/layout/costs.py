@@ -29,7 +29,12 @@ from .spec import Layout, LayoutError, StageSpec
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Model and batch shape: enough to count every stage's parameters, FLOPs and bytes."""
+    """Model and batch shape: enough to count every stage's parameters, FLOPs and bytes.
+
+    The one model description of the kit: the runtime builds its GPT from it too
+    (:mod:`pipeline_kit.runtime.model`, where ``GPTConfig`` makes one with the runtime's defaults).
+    ``seed`` only matters there: it fixes the initial weights and the synthetic data.
+    """
 
     vocab: int = 256
     seq_len: int = 32
@@ -40,6 +45,7 @@ class ModelSpec:
     tie_embeddings: bool = False
     micro_batch_size: int = 2
     dtype_bytes: int = 2
+    seed: int = 1234
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,7 +79,7 @@ def load_model_spec(name_or_file: str) -> ModelSpec:
     spec = ModelSpec(**data)
     for f in fields(ModelSpec):
         value = getattr(spec, f.name)
-        if f.name != "tie_embeddings" and (not isinstance(value, int) or value < 1):
+        if f.name not in ("tie_embeddings", "seed") and (not isinstance(value, int) or value < 1):
             raise LayoutError(f"--config {name_or_file}: {f.name} must be a positive integer, got {value!r}")
     return spec
 
@@ -169,6 +175,6 @@ def format_table(costs: list[StageCost], m: ModelSpec, microbatches: int, layout
     lines.append(f"params max/min = {max(params):,} / {min(params):,} = {max(params) / min(params):.2f}x; "
                  f"forward FLOPs max/min = {max(flops) / min(flops):.2f}x")
     lines.append(f"P2P: {vol['per_transfer']:,} bytes per transfer (s*b*h*{m.dtype_bytes}); with {microbatches} "
-                 f"microbatches and {vol['boundaries']} boundaries: {vol['per_direction_per_step'] / 2**20:.2f} MiB per "
-                 f"direction per step, {vol['total_per_step'] / 2**20:.2f} MiB in total")
+                 f"microbatches and {vol['boundaries']} boundaries: {vol['per_direction_per_step'] / 2**20:.2f} MiB "
+                 f"per direction per step, {vol['total_per_step'] / 2**20:.2f} MiB in total")
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """From a real run's trace to per-stage service times -- and back to a prediction (M049).
 
 The runtime's trace records every op's start and end and every P2P wait.  An op's *service time*
-is its duration minus the time it spent waiting for its input, i.e. what the stage itself costs.
+is its duration minus the time it spent waiting for its input, i.e. what the stage itself costs
+(:func:`~pipeline_kit.trace.service_times`, re-exported here with the other trace readers).
 Per stage and kind we report p50 and p95, and the total P2P wait; simulating the same schedule
 with the measured times predicts the measured makespan, which is how a profile turns into a
 trustworthy "what if" for re-cutting layers.
@@ -9,81 +10,16 @@ trustworthy "what if" for re-cutting layers.
 
 from __future__ import annotations
 
-import json
 import statistics
-from dataclasses import dataclass
 
 from ..schedules import build_schedule
 from ..sim import simulate
+from ..trace import StageService, TraceError, load_trace, service_times, stage_fwd_bwd
 from .balance import ItemTimes
 from .spec import Layout, LayoutError
 
-
-class TraceError(ValueError):
-    pass
-
-
-def load_trace(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            trace = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise TraceError(f"--trace {path}: cannot read it as JSON ({exc})") from None
-    missing = [k for k in ("schedule", "pp", "microbatches", "chunks", "timeline") if k not in trace]
-    if missing:
-        raise TraceError(f"--trace {path}: not a pipeline_kit.run trace (missing {missing})")
-    return trace
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-@dataclass
-class StageService:
-    stage: int
-    samples: dict[str, list[float]]  # kind -> service times (seconds)
-    p2p_wait: float
-
-    def p50(self, kind: str) -> float:
-        return _percentile(self.samples.get(kind, []), 0.5)
-
-    def p95(self, kind: str) -> float:
-        return _percentile(self.samples.get(kind, []), 0.95)
-
-    def mean(self, kind: str) -> float:
-        values = self.samples.get(kind, [])
-        return statistics.fmean(values) if values else 0.0
-
-
-def service_times(trace: dict) -> list[StageService]:
-    """Per virtual stage: every op's duration minus the P2P wait inside it, by kind, and the total wait."""
-    stages = trace["pp"] * trace["chunks"]
-    waits_by_rank: dict[int, list[tuple[float, float]]] = {}
-    for w in trace.get("waits", []):
-        waits_by_rank.setdefault(w["rank"], []).append((w["start"], w["end"]))
-    out = [StageService(s, {}, 0.0) for s in range(stages)]
-    for e in trace["timeline"]:
-        waited = sum(max(0.0, min(e["end"], b) - max(e["start"], a)) for a, b in waits_by_rank.get(e["rank"], ()))
-        svc = out[e["stage"]]
-        svc.samples.setdefault(e["kind"], []).append(max(0.0, e["end"] - e["start"] - waited))
-        svc.p2p_wait += waited
-    return out
-
-
-def stage_fwd_bwd(services: list[StageService], stat: str = "mean") -> tuple[list[float], list[float], list[float]]:
-    """Per-stage forward, full-backward and weight-grad times from measured service times."""
-    get = {"mean": StageService.mean, "p50": StageService.p50}[stat]
-    fwd = [get(s, "F") for s in services]
-    bwd = [get(s, "B") if "B" in s.samples else get(s, "I") + get(s, "W") for s in services]
-    wgrad = [get(s, "W") if "W" in s.samples else b / 2 for s, b in zip(services, bwd)]
-    return fwd, bwd, wgrad
+__all__ = ["StageService", "TraceError", "format_services", "item_times_from_trace", "load_trace",
+           "predict_from_trace", "service_times", "simulate_from_trace", "stage_fwd_bwd"]
 
 
 def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0):
@@ -103,7 +39,8 @@ def predict_from_trace(trace: dict, stat: str = "mean") -> float:
 
 def format_services(services: list[StageService]) -> str:
     kinds = sorted({k for s in services for k in s.samples}, key="FBIW".index)
-    head = f"{'stage':>5} " + " ".join(f"{k + ' p50 ms':>9} {k + ' p95 ms':>9}" for k in kinds) + f" {'P2P wait ms':>12}"
+    columns = " ".join(f"{k + ' p50 ms':>9} {k + ' p95 ms':>9}" for k in kinds)
+    head = f"{'stage':>5} {columns} {'P2P wait ms':>12}"
     lines = [head]
     for s in services:
         cells = " ".join(f"{s.p50(k) * 1e3:>9.2f} {s.p95(k) * 1e3:>9.2f}" for k in kinds)

@@ -64,8 +64,8 @@ class Layout:
         if layers is not None and self.num_layers != layers:
             raise LayoutError(f"the layout has {self.num_layers} decoder layers (t) but the model has {layers}")
         if pp is not None and self.num_stages % pp:
-            raise LayoutError(f"the layout has {self.num_stages} stages, which pp={pp} does not divide: stage k goes to "
-                              f"rank k % pp as chunk k // pp, so every rank needs the same number of stages")
+            raise LayoutError(f"the layout has {self.num_stages} stages, which pp={pp} does not divide: stage k goes "
+                              f"to rank k % pp as chunk k // pp, so every rank needs the same number of stages")
         return self
 
 
@@ -153,7 +153,8 @@ def parse_layout(text: str, pp: int | None = None, layers: int | None = None) ->
                     raise LayoutError(f"position {at}: a second E (the first is at position {seen_e}); "
                                       f"the model has one embedding")
                 if k != 0 or i != 0:
-                    raise LayoutError(f"position {at}: E must be the first item of the first stage (found in stage {k})")
+                    raise LayoutError(f"position {at}: E must be the first item of the first stage "
+                                      f"(found in stage {k})")
                 seen_e, emb = at, True
             elif sym == "L":
                 if seen_l is not None:

@@ -21,28 +21,30 @@ def _run_backward(outputs, grads, keep_graph: bool, inputs=(), accumulate: bool 
     """Call autograd's engine directly, as Megatron's ``custom_backward`` does.
 
     ``torch.autograd.backward`` checks that each gradient has its output's shape; after
-    :meth:`ModelCompute.release_output` the output's data is a 1-element placeholder while its
+    :meth:`ModelCompute.deallocate_output_tensor` the output's data is a 1-element placeholder while its
     ``grad_fn`` -- all backward needs -- is intact, so that check must be skipped.
     """
-    return Variable._execution_engine.run_backward(outputs, grads, keep_graph, False, inputs, True, accumulate)
+    return Variable._execution_engine.run_backward(outputs, grads, keep_graph=keep_graph, create_graph=False,
+                                                   inputs=inputs, allow_unreachable=True, accumulate_grad=accumulate)
 
 
 class ModelCompute:
     """Runs ``stages[chunk]`` (this rank's model chunks) with autograd and gradient accumulation."""
 
-    def __init__(self, stages: dict[int, StageModule], microbatches: int, deallocate: bool = True):
-        self.stages, self.microbatches, self.deallocate = stages, microbatches, deallocate
+    def __init__(self, stages: dict[int, StageModule], microbatches: int, deallocate_pipeline_outputs: bool = True):
+        self.stages, self.microbatches = stages, microbatches
+        self.deallocate_pipeline_outputs = deallocate_pipeline_outputs  # Megatron's flag of the same name
         self.targets: list[torch.Tensor] = []
         self.saved: dict[tuple[int, int], tuple] = {}  # (chunk, mb) -> (input, output)
         self.output_grads: dict[tuple[int, int], torch.Tensor] = {}  # kept from I for W
         self.losses: list[torch.Tensor] = []
         self.bytes_per_microbatch: dict[int, int] = {}  # chunk -> activation bytes one microbatch keeps
-        self.freed_output_bytes = 0
+        self.deallocated_output_bytes = 0
         self._param_ptrs = {p.data_ptr() for s in stages.values() for p in s.parameters()}
 
     def new_step(self, targets: list[torch.Tensor]) -> None:
         self.targets = targets
-        self.freed_output_bytes = 0
+        self.deallocated_output_bytes = 0
 
     def forward(self, chunk: int, mb: int, x: torch.Tensor) -> torch.Tensor:
         stage = self.stages[chunk]
@@ -78,12 +80,12 @@ class ModelCompute:
             yield
         self.bytes_per_microbatch[chunk] = sum(seen.values())
 
-    def release_output(self, chunk: int, mb: int) -> None:
+    def deallocate_output_tensor(self, chunk: int, mb: int) -> None:
         """Megatron's ``deallocate_output_tensor``: the output was sent; keep its graph, drop its data."""
-        if not self.deallocate:
+        if not self.deallocate_pipeline_outputs:
             return
         y = self.saved[(chunk, mb)][1]
-        self.freed_output_bytes += y.untyped_storage().nbytes()
+        self.deallocated_output_bytes += y.untyped_storage().nbytes()
         y.data = torch.empty((1,), device=y.device, dtype=y.dtype)
 
     def backward(self, chunk: int, mb: int, dy: torch.Tensor | None, weights: bool) -> torch.Tensor | None:
@@ -135,6 +137,10 @@ class SyntheticCompute:
     def __init__(self, costs, stage_of_chunk: list[int], shape, device, dtype=torch.float32):
         self.costs, self.stage_of_chunk = costs, stage_of_chunk  # this rank's virtual stage per chunk
         self.buffer = torch.zeros(shape, device=device, dtype=dtype)
+        self.deallocated_output_bytes = 0  # nothing to free: every send is the same buffer
+
+    def new_step(self, targets) -> None:
+        pass
 
     @staticmethod
     def _sleep(seconds: float) -> None:
@@ -153,7 +159,7 @@ class SyntheticCompute:
         self._wait("F", chunk)
         return self.buffer
 
-    def release_output(self, chunk: int, mb: int) -> None:
+    def deallocate_output_tensor(self, chunk: int, mb: int) -> None:
         pass
 
     def backward(self, chunk: int, mb: int, dy, weights: bool):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..schedules import Schedule, op_messages
-from .faults import Fault, InjectedCrash
+from ..trace import op_record
 from .p2p import P2P
 
 
@@ -43,8 +43,7 @@ class StepRecord:
     end: float = 0.0
 
 
-def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fault: Fault | None = None,
-             cuda_sync: bool = False) -> StepRecord:
+def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, cuda_sync: bool = False) -> StepRecord:
     """Run ``schedule.ranks[rank]`` once.  ``compute`` is a ModelCompute or SyntheticCompute."""
     ops = schedule.ranks[rank]
     stage_of_chunk = schedule.stages_of(rank)
@@ -63,13 +62,11 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
             p2p.prefetch(inbox[i + 1])  # the next op's input travels while this op computes
 
         if kind == "F":
-            if fault and fault.kind == "crash" and fault.rank == rank and fault.microbatch == m:
-                raise InjectedCrash(f"rank {rank}: injected crash in the forward of microbatch {m} (--inject)")
             x = tokens[m] if s == 0 else received
             y = compute.forward(chunk, m, x)
             if outbox[i] is not None:  # every stage but the last sends its output on
                 p2p.send(y, outbox[i])
-                compute.release_output(chunk, m)
+                compute.deallocate_output_tensor(chunk, m)
             live += 1
             live_bytes += compute.activation_bytes(chunk, m)
             rec.peak_activations = max(rec.peak_activations, live)
@@ -93,8 +90,7 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, fau
 
         if cuda_sync:
             torch.cuda.synchronize()
-        rec.events.append({"rank": rank, "op": schedule.op_text(op), "kind": kind, "microbatch": m, "chunk": chunk,
-                           "stage": s, "start": start, "end": time.perf_counter() - t0})
+        rec.events.append(op_record(schedule, rank, op, s, start, time.perf_counter() - t0))
 
     rec.end = rec.events[-1]["end"] if rec.events else 0.0
     return rec

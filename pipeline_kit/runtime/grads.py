@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .model import GPT, GPTConfig, StageModule, lm_loss
+from ..layout.costs import ModelSpec
+from .model import GPT, StageModule, lm_loss
 
 
-def reference_grads(cfg: GPTConfig, tokens: list, targets: list) -> dict[str, torch.Tensor]:
+def reference_grads(cfg: ModelSpec, tokens: list, targets: list) -> dict[str, torch.Tensor]:
     """Gradients of the whole model in one process: microbatch by microbatch, loss scaled by 1/M."""
     model = GPT(cfg).to(tokens[0].device)
     microbatches = len(tokens)

@@ -6,6 +6,8 @@ layer and the loss).  Every other stage holds only its share of transformer bloc
 activation received from the previous stage.  :func:`build_stage` does exactly that, so each
 process allocates only its own parameters.
 
+The model is described by :class:`~pipeline_kit.layout.ModelSpec`, the same description the cost
+model and the balancer read (which stage holds which layers is a :class:`~pipeline_kit.layout.Layout`).
 Every layer is initialised from its own seed (``seed``, layer index), so a stage built in any
 process has bit-for-bit the parameters of the same layers in :class:`GPT`, the single-process
 reference the runtime checks its gradients against.  Parameter names agree too
@@ -14,36 +16,33 @@ reference the runtime checks its gradients against.  Parameter names agree too
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layout.costs import ModelSpec
+from ..layout.spec import Layout, StageSpec
 
-@dataclass
-class GPTConfig:
-    """Model size.  Defaults are tiny on purpose: a 2-core laptop runs 4 ranks of it in seconds."""
 
-    vocab: int = 256
-    seq_len: int = 32
-    hidden: int = 64
-    heads: int = 4
-    layers: int = 8
-    ffn_mult: int = 4
-    tie_embeddings: bool = False
-    seed: int = 1234
+def GPTConfig(**fields) -> ModelSpec:  # noqa: N802 - a constructor under its old class name (notebooks, book)
+    """A :class:`~pipeline_kit.layout.ModelSpec` for the runtime, checked for what the runtime needs.
 
-    def __post_init__(self) -> None:
-        for name in ("vocab", "seq_len", "hidden", "heads", "layers", "ffn_mult"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
-        if self.hidden % self.heads:
-            raise ValueError(f"GPTConfig.hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+    Defaults are tiny on purpose (a 2-core laptop runs 4 ranks of it in seconds); the runtime trains
+    in fp32, so ``dtype_bytes`` defaults to 4.
+    """
+    fields.setdefault("dtype_bytes", 4)
+    return check_runnable(ModelSpec(**fields))
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+def check_runnable(cfg: ModelSpec) -> ModelSpec:
+    """Raise ValueError unless the runtime can build ``cfg``: positive sizes, ``hidden`` divisible by ``heads``."""
+    for name in ("vocab", "seq_len", "hidden", "heads", "layers", "ffn_mult"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"model {name} must be a positive integer, got {value!r}")
+    if cfg.hidden % cfg.heads:
+        raise ValueError(f"model hidden ({cfg.hidden}) must be divisible by heads ({cfg.heads})")
+    return cfg
 
 
 class _Init:
@@ -64,7 +63,7 @@ class _Init:
 class Embedding(nn.Module):
     """Token + learned position embedding: the ``pre_process`` part of the first stage."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: ModelSpec):
         super().__init__()
         self.tok = nn.Embedding(cfg.vocab, cfg.hidden)
         self.pos = nn.Embedding(cfg.seq_len, cfg.hidden)
@@ -75,7 +74,7 @@ class Embedding(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: ModelSpec):
         super().__init__()
         self.heads = cfg.heads
         self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
@@ -90,7 +89,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: ModelSpec):
         super().__init__()
         self.fc = nn.Linear(cfg.hidden, cfg.ffn_mult * cfg.hidden)
         self.out = nn.Linear(cfg.ffn_mult * cfg.hidden, cfg.hidden)
@@ -102,7 +101,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """A pre-norm transformer decoder layer."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: ModelSpec):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.hidden)
         self.attn = Attention(cfg)
@@ -122,7 +121,7 @@ class Head(nn.Module):
     gradients, as Megatron's embedding group does, so both take the same optimizer step.
     """
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: ModelSpec):
         super().__init__()
         self.ln = nn.LayerNorm(cfg.hidden)
         self.out = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
@@ -135,28 +134,33 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def _seed(cfg: GPTConfig, part: str, layer: int = 0) -> int:
+def _seed(cfg: ModelSpec, part: str, layer: int = 0) -> int:
     offsets = {"embedding": 1, "block": 1000, "head": 2}
     return cfg.seed * 1_000_003 + offsets[part] + layer
 
 
-def _make_embedding(cfg: GPTConfig) -> Embedding:
+def _make_embedding(cfg: ModelSpec) -> Embedding:
     with _Init(_seed(cfg, "embedding")):
         return Embedding(cfg)
 
 
-def _make_block(cfg: GPTConfig, layer: int) -> Block:
+def _make_block(cfg: ModelSpec, layer: int) -> Block:
     with _Init(_seed(cfg, "block", layer)):
         return Block(cfg)
 
 
-def _make_head(cfg: GPTConfig) -> Head:
+def _make_head(cfg: ModelSpec) -> Head:
     with _Init(_seed(cfg, "head")):
         head = Head(cfg)
     if cfg.tie_embeddings:
         with torch.no_grad():
             head.out.weight.copy_(_make_embedding(cfg).tok.weight)
     return head
+
+
+def default_layout(layers: int, stages: int) -> Layout:
+    """The layout the runtime builds without ``--layout``: :func:`split_layers`, embedding first, loss last."""
+    return Layout(tuple(StageSpec(s == 0, r, s == stages - 1) for s, r in enumerate(split_layers(layers, stages))))
 
 
 def split_layers(layers: int, stages: int) -> list[range]:
@@ -181,7 +185,7 @@ class StageModule(nn.Module):
     activation to send elsewhere.  The loss is applied by the caller on the last stage only.
     """
 
-    def __init__(self, cfg: GPTConfig, stage: int, num_stages: int, layer_ids: range):
+    def __init__(self, cfg: ModelSpec, stage: int, num_stages: int, layer_ids: range):
         super().__init__()
         self.stage, self.num_stages, self.layer_ids = stage, num_stages, layer_ids
         self.pre_process = stage == 0
@@ -205,8 +209,9 @@ class StageModule(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_stage(cfg: GPTConfig, stage: int, num_stages: int, layer_ids: range | None = None) -> StageModule:
+def build_stage(cfg: ModelSpec, stage: int, num_stages: int, layer_ids: range | None = None) -> StageModule:
     """Build only virtual stage ``stage`` of ``num_stages``: the part of the model this rank owns."""
+    check_runnable(cfg)
     if not 0 <= stage < num_stages:
         raise ValueError(f"stage must be in 0..{num_stages - 1}, got {stage}")
     if layer_ids is None:
@@ -217,7 +222,7 @@ def build_stage(cfg: GPTConfig, stage: int, num_stages: int, layer_ids: range | 
 class GPT(nn.Module):
     """The whole model in one process: the reference the pipeline's gradients must equal."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: ModelSpec):
         super().__init__()
         self.cfg = cfg
         self.embedding = _make_embedding(cfg)
@@ -233,7 +238,7 @@ class GPT(nn.Module):
         return self.head(x)
 
 
-def make_batch(cfg: GPTConfig, microbatches: int, micro_batch_size: int, step: int, device="cpu"):
+def make_batch(cfg: ModelSpec, microbatches: int, micro_batch_size: int, step: int, device="cpu"):
     """A learnable synthetic batch, identical on every rank: ``x[t+1] = x[t] + stride (mod vocab)``.
 
     Returns ``(tokens, targets)``, each a list of ``microbatches`` tensors ``[micro_batch_size,

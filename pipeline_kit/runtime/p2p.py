@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import queue
-import sys
 import threading
 import time
 
@@ -36,7 +35,7 @@ import torch.distributed as dist
 
 from ..schedules import Schedule
 from ..schedules.messages import Message, message_plan
-from .faults import Fault
+from ..trace import wait_record
 
 __all__ = ["P2P", "P2PTimeout", "Message", "message_plan", "measure_latency"]  # Message, message_plan: re-exported
 
@@ -84,11 +83,11 @@ class P2P:
 
     def __init__(self, schedule: Schedule, rank: int, device: torch.device, shape: tuple[int, ...],
                  dtype: torch.dtype = torch.float32, timeout_s: float = 60.0, verbose: bool = False,
-                 fault: Fault | None = None, send_shapes: bool = False, via_host: bool = False):
+                 send_shapes: bool = False, via_host: bool = False):
         self.schedule, self.rank, self.pp, self.placement = schedule, rank, schedule.pp, schedule.placement
         self.rank_of = [schedule.rank_of(s) for s in range(schedule.stages)]
         self.device, self.shape, self.dtype = device, tuple(shape), dtype
-        self.timeout_s, self.verbose, self.fault = timeout_s, verbose, fault
+        self.timeout_s, self.verbose = timeout_s, verbose
         self.send_shapes, self.via_host = send_shapes, via_host
         self.nccl = dist.get_backend() == "nccl" and not via_host
         self.plan = message_plan(schedule)
@@ -98,7 +97,6 @@ class P2P:
         self.local: dict[Message, torch.Tensor] = {}  # src and dst stage on this rank (pp = 1, a V's turn)
         self.sent: dict[int, int] = {}
         self.received: dict[int, int] = {}
-        self.skipped = False
         self._wait_log: list | None = None
         self._t0 = 0.0
         self._deliveries = _Deliveries(self._wait)
@@ -111,12 +109,6 @@ class P2P:
         self._raise_pending_error()
         if dst == self.rank:
             self.local[msg] = tensor.detach()
-            return
-        if self.fault and self.fault.kind == "skip-send" and self.fault.rank == self.rank \
-                and self.fault.microbatch == msg.microbatch and not self.skipped:
-            self.skipped = True
-            print(f"[rank {self.rank}] INJECTED FAULT (--inject): skipping the send of the {msg.what(self.pp, self.placement)} "
-                  f"to rank {dst}", file=sys.stderr, flush=True)
             return
         ch = (self.rank, dst)
         tag = self.tags[ch][msg]
@@ -149,10 +141,9 @@ class P2P:
         started = time.perf_counter()
         self._wait(work, lambda: self._recv_desc(msg, src))
         if self._wait_log is not None:
-            self._wait_log.append({"rank": self.rank, "peer": src, "direction": msg.direction,
-                                   "microbatch": msg.microbatch, "chunk": self.schedule.chunk_of(msg.dst_stage),
-                                   "stage": msg.dst_stage, "start": started - self._t0,
-                                   "end": time.perf_counter() - self._t0})
+            self._wait_log.append(wait_record(self.rank, src, msg.direction, msg.microbatch,
+                                              self.schedule.chunk_of(msg.dst_stage), msg.dst_stage,
+                                              started - self._t0, time.perf_counter() - self._t0))
         self.received[src] = self.received.get(src, 0) + 1
         self._log(f"recv {msg.direction:<8} mb={msg.microbatch} stage {msg.src_stage}->{msg.dst_stage} from rank {src} "
                   f"shape={tuple(buf.shape)}")
@@ -208,7 +199,10 @@ class P2P:
     # -- waiting, with a deadline ----------------------------------------------------------------
     def _wait(self, work, describe) -> None:
         began = time.perf_counter() - self._t0
-        describe_at = lambda: f"{describe()} (the wait began {began:.3f} s into the step)"
+
+        def describe_at() -> str:
+            return f"{describe()} (the wait began {began:.3f} s into the step)"
+
         deadline = time.monotonic() + self.timeout_s
         if self.nccl:  # an NCCL wait would only order streams; poll for completion on the CPU
             while not work.is_completed():
@@ -234,7 +228,8 @@ class P2P:
 
     def _recv_desc(self, msg: Message, src: int, prefix: str = "") -> str:
         return (f"rank {self.rank} timed out after {self.timeout_s:g} s waiting to receive the {prefix}"
-                f"{msg.what(self.pp, self.placement)} from rank {src}; expected shape {self.shape} {str(self.dtype).replace('torch.', '')}; "
+                f"{msg.what(self.pp, self.placement)} from rank {src}; expected shape {self.shape} "
+                f"{str(self.dtype).replace('torch.', '')}; "
                 f"{self._counts(src)}")
 
     def _send_desc(self, msg: Message, dst: int, prefix: str = "") -> str:

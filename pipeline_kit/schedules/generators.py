@@ -97,7 +97,8 @@ def interleaved(
             f"(Megatron requires pipeline-model-parallel size > 1 for a virtual pipeline)"
         )
     if chunks < 2:
-        raise ScheduleConfigError(f"interleaved needs chunks (virtual stages per rank) >= 2, got {chunks}; use 1f1b for one chunk")
+        raise ScheduleConfigError(f"interleaved needs chunks (virtual stages per rank) >= 2, got {chunks}; "
+                                  "use 1f1b for one chunk")
     if not isinstance(group, int) or not pp <= group <= microbatches:
         raise ScheduleConfigError(
             f"interleaved needs the microbatch group size in [pp={pp}, microbatches={microbatches}], "
@@ -144,7 +145,8 @@ def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
     """
     _check_sizes(pp, microbatches)
     if forward_only:
-        return Schedule(_name("zb-h1", True), pp, microbatches, 1, [[Op("F", m) for m in range(microbatches)] for _ in range(pp)])
+        forwards = [[Op("F", m) for m in range(microbatches)] for _ in range(pp)]
+        return Schedule(_name("zb-h1", True), pp, microbatches, 1, forwards)
     ranks = []
     for r in range(pp):
         ops = []
@@ -184,7 +186,8 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
 
 
 def build_schedule(
-    name: str, pp: int, microbatches: int, chunks: int | None = None, forward_only: bool = False, group: int | None = None
+    name: str, pp: int, microbatches: int, chunks: int | None = None, forward_only: bool = False,
+    group: int | None = None,
 ) -> Schedule:
     """Build a schedule by its command-line name; ``chunks`` only applies to ``interleaved``."""
     if name not in SCHEDULES:
@@ -192,7 +195,8 @@ def build_schedule(
     if name == "interleaved":
         return interleaved(pp, microbatches, chunks if chunks is not None else 2, forward_only, group)
     if chunks not in (None, 1):
-        raise ScheduleConfigError(f"--chunks {chunks} only applies to the interleaved schedule; {name} has one chunk per rank")
+        raise ScheduleConfigError(f"--chunks {chunks} only applies to the interleaved schedule; {name} has one chunk "
+                                  "per rank")
     if group is not None:
         raise ScheduleConfigError(f"a microbatch group size only applies to the interleaved schedule, not {name}")
     return SCHEDULES[name](pp, microbatches, forward_only=forward_only)

@@ -190,7 +190,8 @@ class Schedule:
         timeline grid is also a schedule).  An optional header ``# schedule=NAME pp=P
         microbatches=M chunks=V`` (with ``placement=v`` for a V-shaped placement) fixes the sizes;
         without it they are inferred (pp from the rank rows, microbatches and chunks from the
-        largest numbers used).  Other ``#`` lines and blank lines are ignored.  Errors name the line and the offending token.
+        largest numbers used).  Other ``#`` lines and blank lines are ignored.  Errors name the line and
+        the offending token.
         """
         header: dict[str, str] = {}
         rows: dict[int, list[Op]] = {}
@@ -264,10 +265,11 @@ class Schedule:
     def from_dict(cls, data: dict) -> Schedule:
         missing = [k for k in ("pp", "microbatches", "ranks") if k not in data]
         if missing:
-            raise ScheduleTextError(f"schedule JSON lacks {missing}; expected keys schedule, pp, microbatches, chunks, ranks")
+            raise ScheduleTextError(f"schedule JSON lacks {missing}; expected keys schedule, pp, microbatches, "
+                                    "chunks, ranks")
         ranks = [[Op.parse(t) for t in ops] for ops in data["ranks"]]
-        return cls(data.get("schedule", "custom"), int(data["pp"]), int(data["microbatches"]), int(data.get("chunks", 1)),
-                   ranks, data.get("placement", "looped"))
+        return cls(data.get("schedule", "custom"), int(data["pp"]), int(data["microbatches"]),
+                   int(data.get("chunks", 1)), ranks, data.get("placement", "looped"))
 
     @classmethod
     def from_json(cls, text: str) -> Schedule:

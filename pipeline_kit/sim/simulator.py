@@ -1,7 +1,8 @@
 """Event simulator: from a schedule and costs to a timeline, a makespan and a bubble.
 
 Every rank runs its ops in order; an op starts when its rank is free and every input has
-arrived (a cross-rank input arrives ``p2p`` time after its producer ends).  Because the order on
+arrived (a cross-rank input arrives ``p2p`` time after its producer ends; a rank that is free
+before then *waits*, and the wait is recorded as a measured run's trace records it).  Because the order on
 each rank is fixed, this is a longest-path computation over the schedule's dependency graph, done
 in one pass over :func:`~pipeline_kit.schedules.validate.dataflow` -- the very walk the
 validator makes, so a schedule simulates exactly when it validates.
@@ -9,12 +10,14 @@ validator makes, so a schedule simulates exactly when it validates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..schedules.messages import receives
 from ..schedules.ops import Op, Schedule
 from ..schedules.validate import check_ops, dataflow
+from ..trace import op_record
 from .costs import Costs, StageCosts
 
 
@@ -42,6 +45,18 @@ class Transfer(NamedTuple):
     nbytes: float
 
 
+class Wait(NamedTuple):
+    """``rank`` was free at ``start`` but its op's input from ``peer`` arrived only at ``end``."""
+
+    rank: int
+    peer: int
+    direction: str
+    microbatch: int
+    stage: int  # the receiving op's stage
+    start: float
+    end: float
+
+
 @dataclass
 class SimResult:
     """The simulated step: events per op, transfers, and the metrics the book and graders quote."""
@@ -53,6 +68,7 @@ class SimResult:
     busy: list[float]
     peak_activations: list[int]
     peak_activation_bytes: list[float]
+    waits: list[Wait] = field(default_factory=list)
     makespan: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,19 +116,19 @@ class SimResult:
             ],
         }
         if timeline:
-            out["timeline"] = [
-                {"rank": e.rank, "op": s.op_text(e.op), "kind": e.op.kind, "microbatch": e.op.microbatch,
-                 "chunk": e.op.chunk, "stage": e.stage, "start": e.start, "end": e.end}
-                for e in self.events
-            ]
+            out["timeline"] = [op_record(s, e.rank, e.op, e.stage, e.start, e.end) for e in self.events]
             out["transfers"] = [t._asdict() for t in self.transfers]
         return out
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> SimResult:
+def simulate(schedule: Schedule, costs: Costs | None = None,
+             durations: Callable[[int, Op, int], float] | None = None, **cost_kwargs) -> SimResult:
     """Simulate one training (or inference) step of ``schedule``.
 
     ``costs`` is a :class:`Costs`; keyword arguments build one (``simulate(s, fwd=1, bwd=2)``).
+    ``durations(rank, op, stage)``, when given, is each op's compute time instead of the costs'
+    (which still give the P2P times); it is called once per op, in dependency order -- always the
+    same order, so a seeded random draw inside it is reproducible.
     Raises :class:`~pipeline_kit.schedules.ScheduleError` for an invalid schedule.
 
     Live activations count the microbatch-chunks a rank has forwarded and not yet finished
@@ -141,6 +157,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
     peak_bytes = [0] * pp
     events: list[Event] = []
     transfers: list[Transfer] = []
+    waits: list[Wait] = []
     # what an op of each kind on each stage receives (the message rule): its direction and boundary
     incoming = {kind: [msg and (msg.direction, msg.boundary) for msg in (receives(kind, 0, s, last)
                                                                          for s in range(stages))]
@@ -156,9 +173,11 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
                 arrive = t + comm[boundary]
                 transfers.append(new(Transfer, (src, r, m, direction, boundary, t, arrive, nbytes[boundary])))
                 t = arrive
+                if arrive > free[r]:  # the rank is ready before its input is: it waits
+                    waits.append(new(Wait, (r, src, direction, m, s, free[r], arrive)))
             if t > start:
                 start = t
-        dur = duration[kind][s]
+        dur = duration[kind][s] if durations is None else durations(r, op, s)
         finish = start + dur
         free[r] = finish
         busy[r] += dur
@@ -173,4 +192,4 @@ def simulate(schedule: Schedule, costs: Costs | None = None, **cost_kwargs) -> S
         elif kind != "I":  # B or W ends the backward of (m, s): its activations are freed
             live[r] -= 1
             live_bytes[r] -= act[s]
-    return SimResult(schedule, sc, events, transfers, busy, peak, peak_bytes)
+    return SimResult(schedule, sc, events, transfers, busy, peak, peak_bytes, waits)

@@ -1,47 +1,18 @@
 """Live activations per rank over time (M052): why 1F1B saves memory and interleaving costs some back.
 
-A microbatch-chunk's activations are live from the start of its forward until its backward ends
-(``B``, or ``W`` for a split backward) -- the same count the simulator and the runtime report.
+The count itself (:func:`~pipeline_kit.trace.live_activations`) is the trace module's; this draws it.
 """
 
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from .timeline import Timeline
+from ..trace import Timeline, live_activations, peak
+from .figure import KitFigure
+
+__all__ = ["draw_memory", "live_activations", "peak"]  # live_activations, peak: re-exported from the trace module
 
 RANK_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-
-
-def live_activations(tl: Timeline, rank: int) -> list[tuple[float, int]]:
-    """Step function ``[(time, live count from then on), ...]`` for ``rank``."""
-    events = []
-    done_by = {}
-    for o in tl.ops:
-        if o["rank"] != rank:
-            continue
-        if o["kind"] == "F":
-            events.append((o["start"], +1))
-        else:
-            key = (o["microbatch"], o["chunk"])
-            if o["kind"] in ("B", "W") or key not in done_by:
-                done_by[key] = o
-    for o in done_by.values():
-        if o["kind"] in ("B", "W"):
-            events.append((o["end"], -1))
-    net: dict[float, int] = {}
-    for t, d in events:  # a backward ending exactly when the next forward starts is one step, not a dip
-        net[t] = net.get(t, 0) + d
-    out, live = [(0.0, 0)], 0
-    for t in sorted(net):
-        if net[t]:
-            live += net[t]
-            out.append((t, live))
-    return out
-
-
-def peak(steps: list[tuple[float, int]]) -> tuple[float, int]:
-    return max(steps, key=lambda s: (s[1], -s[0]))
 
 
 def draw_memory(timelines: dict[str, Timeline], unit_per_chunk: bool = True) -> Figure:
@@ -51,7 +22,7 @@ def draw_memory(timelines: dict[str, Timeline], unit_per_chunk: bool = True) -> 
     worth of one rank's share of the model (an interleaved chunk holds ``1/v`` of it).
     """
     names = list(timelines)
-    fig = Figure(figsize=(4.2 * len(names) + 1.2, 3.4))
+    fig = KitFigure(figsize=(4.2 * len(names) + 1.2, 3.4))
     axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
     for ax, name in zip(axes, names):
         tl = timelines[name]

@@ -6,12 +6,13 @@ from matplotlib.figure import Figure
 
 from ..schedules import build_schedule
 from ..sim import simulate
+from .figure import KitFigure
 from .memory import RANK_COLORS
 
 
 def bubble_vs_microbatches(pps=(2, 4, 8), microbatches=range(1, 33)) -> Figure:
     """1F1B bubble fraction against M for several pp: simulation (dots) and (pp-1)/(M+pp-1) (line)."""
-    fig = Figure(figsize=(6.4, 3.8))
+    fig = KitFigure(figsize=(6.4, 3.8))
     ax = fig.subplots()
     ms = list(microbatches)
     for i, pp in enumerate(pps):
@@ -31,7 +32,7 @@ def bubble_vs_microbatches(pps=(2, 4, 8), microbatches=range(1, 33)) -> Figure:
 
 def interleaved_vs_not(pp: int = 4, microbatches=(4, 8, 12, 16, 24, 32), chunks=(1, 2, 4)) -> Figure:
     """Bubble fraction of 1F1B (v=1) and interleaved (v>1) against M: simulation and (pp-1)/(vM+pp-1)."""
-    fig = Figure(figsize=(6.4, 3.8))
+    fig = KitFigure(figsize=(6.4, 3.8))
     ax = fig.subplots()
     ms = [m for m in microbatches if m % pp == 0]
     for i, v in enumerate(chunks):
@@ -54,7 +55,7 @@ def efficiency_vs_imbalance(pp: int = 8, microbatches: int = 16, slowdowns=(1.0,
                             slow_stage: int | None = None) -> Figure:
     """Pipeline efficiency (balanced ideal / makespan) when one stage is ``x`` times slower."""
     slow_stage = pp - 1 if slow_stage is None else slow_stage
-    fig = Figure(figsize=(6.4, 3.8))
+    fig = KitFigure(figsize=(6.4, 3.8))
     ax = fig.subplots()
     balanced = simulate(build_schedule("1f1b", pp, microbatches)).makespan
     eff, bound = [], []

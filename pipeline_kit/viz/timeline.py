@@ -5,14 +5,15 @@ colour-blind-safe colours (Okabe-Ito), carry their microbatch number, and get li
 model chunk; idle time is hatched grey -- the bubble you can see.  Optional: P2P arrows, the
 warmup / steady / cooldown phase of each rank, and the first backward (the M043 question).
 
-A :class:`Timeline` is built from a simulator result or from a ``pipeline_kit.run`` trace; both
-carry the same per-op fields, so a simulated and a real run stack on one time axis.
+What is drawn is a :class:`~pipeline_kit.trace.Timeline` (the trace module: built from a simulator
+result or a ``pipeline_kit.run`` trace, with the same per-op fields, so a simulated and a real run
+stack on one time axis).  This module only draws; idle gaps, phases and the first backward are
+read by the trace module.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 
 import numpy as np
 from matplotlib.collections import PolyCollection
@@ -22,104 +23,17 @@ from matplotlib.patches import PathPatch
 from matplotlib.path import Path
 from matplotlib.textpath import TextPath
 
-from ..sim import SimResult
+from ..trace import Timeline
+from .figure import KitFigure
+
+__all__ = ["IDLE_COLOR", "KIND_COLORS", "KIND_NAMES", "PHASE_COLORS", "Timeline", "count_boxes", "draw_comparison",
+           "draw_timeline"]  # Timeline: re-exported from the trace module
 
 # Okabe & Ito (2008), distinguishable with every common colour-vision deficiency.
 KIND_COLORS = {"F": "#0072B2", "B": "#D55E00", "I": "#E69F00", "W": "#009E73"}
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad", "W": "weight-grad"}
 IDLE_COLOR = "#BBBBBB"
 PHASE_COLORS = {"warmup": "#56B4E9", "steady": "#CC79A7", "cooldown": "#F0E442"}
-
-
-@dataclass
-class Timeline:
-    """Per-op boxes of one step, whatever produced them.  Times in ``unit``."""
-
-    pp: int
-    chunks: int
-    ops: list[dict]  # rank, op, kind, microbatch, chunk, stage, start, end
-    transfers: list[dict] = field(default_factory=list)  # src, dst, start, end (simulated runs)
-    waits: list[dict] = field(default_factory=list)  # rank, start, end (measured runs)
-    title: str = ""
-    unit: str = "time"
-
-    @classmethod
-    def from_sim(cls, result: SimResult, title: str | None = None, unit: str = "time units") -> Timeline:
-        d = result.to_dict()
-        s = result.schedule
-        return cls(s.pp, s.chunks, d["timeline"], d["transfers"], [],
-                   title if title is not None else f"{s.name}, pp={s.pp}, M={s.microbatches}"
-                   + (f", v={s.chunks}" if s.chunks > 1 else ""), unit)
-
-    @classmethod
-    def from_trace(cls, trace: dict, title: str | None = None) -> Timeline:
-        """A ``pipeline_kit.run --trace`` file's content (times in seconds, drawn in ms).
-
-        A measured op starts by receiving its input; the box is drawn from the end of that wait, so
-        waiting shows as idle time (the bubble), exactly as in a simulated timeline.
-        """
-        scale = 1e3
-        waits = [{**w, "start": w["start"] * scale, "end": w["end"] * scale} for w in trace.get("waits", [])]
-        by_rank: dict[int, list[dict]] = {}
-        for w in waits:
-            by_rank.setdefault(w["rank"], []).append(w)
-        ops = []
-        for e in trace["timeline"]:
-            start, end = e["start"] * scale, e["end"] * scale
-            inside = [w["end"] for w in by_rank.get(e["rank"], ())
-                      if w["start"] >= start - 1e-9 and w["end"] <= end + 1e-9]
-            ops.append({**e, "start": max([start, *inside]), "end": end})
-        name = trace.get("schedule", "run")
-        return cls(trace["pp"], trace.get("chunks", 1), ops, [], waits,
-                   title if title is not None else f"measured: {name}, pp={trace['pp']}, M={trace['microbatches']}",
-                   "ms")
-
-    @property
-    def makespan(self) -> float:
-        return max((o["end"] for o in self.ops), default=0.0)
-
-    def rank_ops(self, rank: int) -> list[dict]:
-        return sorted((o for o in self.ops if o["rank"] == rank), key=lambda o: o["start"])
-
-    def idle_gaps(self, rank: int) -> list[tuple[float, float]]:
-        """Intervals where ``rank`` computes nothing, from 0 to the step's makespan."""
-        gaps, t = [], 0.0
-        for o in self.rank_ops(rank):
-            if o["start"] > t + 1e-12:
-                gaps.append((t, o["start"]))
-            t = max(t, o["end"])
-        if self.makespan > t + 1e-12:
-            gaps.append((t, self.makespan))
-        return gaps
-
-    def phases(self, rank: int) -> dict[str, tuple[float, float]]:
-        """Warmup, steady and cooldown of ``rank``, counted as Megatron's loops count them.
-
-        The steady state is a run of (forward, backward) pairs: it starts with the forward right
-        before the first backward and ends with the backward right after the last forward.  Warmup
-        is the forwards before it (none on the last rank), cooldown the backwards after it.
-        When every forward precedes every backward (M <= pp - rank), the order alone cannot tell
-        Megatron's "warmup M, no pair" from "warmup M - 1, one pair"; this reads it as one pair, so
-        for M < pp - rank it shows one warmup forward fewer than Megatron's min(pp - rank - 1, M).
-        """
-        ops = self.rank_ops(rank)
-        backs = [i for i, o in enumerate(ops) if o["kind"] != "F"]
-        fwds = [i for i, o in enumerate(ops) if o["kind"] == "F"]
-        if not backs or not fwds:
-            return {}
-        steady_start = max(backs[0] - 1, 0)
-        steady_end = min(fwds[-1] + 2, len(ops))  # one past the backward after the last forward
-        out = {}
-        if steady_start > 0:
-            out["warmup"] = (ops[0]["start"], ops[steady_start]["start"])
-        out["steady"] = (ops[steady_start]["start"], ops[steady_end - 1]["end"])
-        if steady_end < len(ops):
-            out["cooldown"] = (ops[steady_end]["start"], ops[-1]["end"])
-        return out
-
-    def first_backward(self) -> dict | None:
-        backs = [o for o in self.ops if o["kind"] in ("B", "I")]
-        return min(backs, key=lambda o: (o["start"], -o["rank"])) if backs else None
 
 
 @functools.lru_cache(maxsize=512)
@@ -175,7 +89,7 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
     ``ops:B`` / ``ops:I`` / ``ops:W``, ``idle`` (the bubble), ``arrows``, ``phase:<rank>``.
     """
     if ax is None:
-        fig = Figure(figsize=(max(6.0, min(16.0, 0.25 * len(tl.ops) / max(tl.pp, 1) + 3)), 0.55 * tl.pp + 1.6))
+        fig = KitFigure(figsize=(max(6.0, min(16.0, 0.25 * len(tl.ops) / max(tl.pp, 1) + 3)), 0.55 * tl.pp + 1.6))
         ax = fig.subplots()
     y_of = {r: tl.pp - 1 - r for r in range(tl.pp)}  # rank 0 on top
     marks: dict[int, list] = {}  # microbatch -> [(x, y, ink)]: each box's label
@@ -277,7 +191,7 @@ def _phase_patch(a: float, b: float, y: float, name: str, rank: int):
 def draw_comparison(top: Timeline, bottom: Timeline, **kwargs) -> Figure:
     """Two timelines one above the other on a shared time axis (e.g. simulated vs measured)."""
     pp = max(top.pp, bottom.pp)
-    fig = Figure(figsize=(12, 1.1 * pp + 2.4))
+    fig = KitFigure(figsize=(12, 1.1 * pp + 2.4))
     axes = fig.subplots(2, 1, sharex=True)
     draw_timeline(top, axes[0], legend=True, **kwargs)
     draw_timeline(bottom, axes[1], legend=False, **kwargs)

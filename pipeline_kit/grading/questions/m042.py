@@ -278,7 +278,8 @@ def check_rank_idle(rank_idle, cases) -> None:
                      f"each rank loses them in the forward fill and again in the backward drain: {want:g}")
             if close(got, want * pp / (pp - 1)):
                 fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts pp offsets; there are pp - 1 boundaries")
-            more = expect_number(call(rank_idle, pp, m + 4, f, b, name="rank_idle"), f"rank_idle({pp}, {m + 4}, {f}, {b})")
+            more = expect_number(call(rank_idle, pp, m + 4, f, b, name="rank_idle"),
+                                 f"rank_idle({pp}, {m + 4}, {f}, {b})")
             if not close(got, more) and close(want, _sim(name, pp, m + 4, fwd=f, bwd=b).idle[0]):
                 fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} changes with M (M = {m + 4} gives {more:g}), but a "
                      f"rank's idle time does not: the simulator gives {want:g} for both -- more microbatches only "

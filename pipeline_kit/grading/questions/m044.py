@@ -227,11 +227,13 @@ def check_losses(losses, invisible_to_bubble, largest_loss) -> None:
                    else f"each transfer should cost {float(P2P_SLOT):g}, got {float(comm[0]):g}")
         else:
             if close(float(fwd[0]), 1 + (1 - KERNEL_EFFICIENCY)):
-                why = f"{KERNEL_EFFICIENCY:.0%} efficiency makes every op 1/{KERNEL_EFFICIENCY} = 1.25x as long, not 1.2x"
+                why = (f"{KERNEL_EFFICIENCY:.0%} efficiency makes every op 1/{KERNEL_EFFICIENCY} = 1.25x as long, "
+                       "not 1.2x")
             elif close(float(fwd[0]), 1.0):
                 why = "the ops are not slower: at 80% efficiency each takes 1/0.8 of its time, forward and backward"
             else:
-                why = f"forward 1/0.8 = 1.25 and backward 2.5 on every stage, got fwd={float(fwd[0]):g}, bwd={float(bwd[0]):g}"
+                why = (f"forward 1/0.8 = 1.25 and backward 2.5 on every stage, got fwd={float(fwd[0]):g}, "
+                       f"bwd={float(bwd[0]):g}")
         fail(f"losses[{key!r}] has makespan {float(got.makespan):.4g}, expected {float(exp.makespan):.4g}: {why}")
     formula = want["kernel"].bubble_fraction
     changed = {k: r.bubble_fraction for k, r in want.items() if not close(r.bubble_fraction, formula)}
@@ -320,7 +322,8 @@ def _idle_share_variants(trace: dict) -> list[tuple[float, str]]:
 @check
 def check_measured_bubble(measured_bubble, traces) -> None:
     for i, trace in enumerate(traces):
-        label = "the real run's trace" if trace.get("source") == "runtime" else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})"
+        label = ("the real run's trace" if trace.get("source") == "runtime"
+                 else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})")
         got = expect_number(call(measured_bubble, trace, name="measured_bubble"), f"measured_bubble on {label}")
         want = idle_share(trace)
         if close(got, want, rel=1e-6, abs_=1e-9):
@@ -448,7 +451,8 @@ def expected_plan(trace: dict) -> dict[str, float]:
 @check
 def check_plan(timeline_plan, traces) -> None:
     for i, trace in enumerate(traces):
-        label = "the real run's trace" if trace.get("source") == "runtime" else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})"
+        label = ("the real run's trace" if trace.get("source") == "runtime"
+                 else f"hidden trace {i} ({trace['schedule']}, pp={trace['pp']}, M={trace['microbatches']})")
         got = call(timeline_plan, trace, name="timeline_plan")
         expect_keys(got, ("measured", "achievable", "balanced"), f"timeline_plan on {label}")
         want = expected_plan(trace)

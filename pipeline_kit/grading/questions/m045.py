@@ -38,13 +38,15 @@ def check_gain(throughput_gain, cases) -> None:
     for pp, m1, m2 in cases:
         r1, r2 = (_sim(pp, m, fwd=Fraction(1), bwd=Fraction(2)) for m in (m1, m2))
         want = (m2 / r2.makespan) / (m1 / r1.makespan)
-        got = expect_number(call(throughput_gain, pp, m1, m2, name="throughput_gain"), f"throughput_gain({pp}, {m1}, {m2})")
+        got = expect_number(call(throughput_gain, pp, m1, m2, name="throughput_gain"),
+                            f"throughput_gain({pp}, {m1}, {m2})")
         if close(got, float(want), rel=1e-6):
             continue
         why = first_match(got, [
             (r2.makespan / r1.makespan, ("that is the ratio of step times: the step gets longer, but it processes more "
                                          "samples -- compare samples per unit of time")),
-            (Fraction(m2, m1), f"M2/M1 ignores the bubble: the step grows too, by {float(r2.makespan / r1.makespan):.3f}x"),
+            (Fraction(m2, m1),
+             f"M2/M1 ignores the bubble: the step grows too, by {float(r2.makespan / r1.makespan):.3f}x"),
             (r1.bubble_fraction / r2.bubble_fraction, "the ratio of bubble fractions is not a throughput ratio"),
             (1 / want, "the ratio is upside down: throughput at M2 over throughput at M1"),
         ]) or "samples per unit of time (M / makespan, fixed micro-batch size) at M2 over the same at M1"
@@ -146,7 +148,8 @@ def check_confounders(confounders, pairs) -> None:
                  "optimise differently (compute it: it is not a key of the runs)")
         missing, extra = sorted(want - got), sorted(got - want)
         if missing:
-            fail(f"{label} misses {missing}: they differ between the runs, so a difference in speed could come from them")
+            fail(f"{label} misses {missing}: they differ between the runs, so a difference in speed could come "
+                 "from them")
         fail(f"{label} lists {extra}, which do not differ (or are not variables of the runs)")
 
 
@@ -185,7 +188,8 @@ def check_schemes(scheme_throughput, cases) -> None:
     for pp, m, alpha, beta, overhead, kw in cases:
         got = expect_number(call(scheme_throughput, pp, m, alpha, beta, overhead, name="scheme_throughput", **kw),
                    "scheme_throughput(...)")
-        label = f"scheme_throughput({pp}, {m}, {alpha}, {beta}, {overhead}, {', '.join(f'{k}={v}' for k, v in kw.items())})"
+        options = ", ".join(f"{k}={v}" for k, v in kw.items())
+        label = f"scheme_throughput({pp}, {m}, {alpha}, {beta}, {overhead}, {options})"
         want = expected_scheme(pp, m, alpha, beta, overhead, **kw)
         if close(got, want, rel=1e-6):
             continue

@@ -10,7 +10,7 @@ into it, so they may initialise freely.
 from __future__ import annotations
 
 
-from ...layout import PRESETS, Layout, ModelSpec, StageSpec, even_layout, stage_costs
+from ...layout import PRESETS, Layout, ModelSpec, even_layout, stage_costs
 from ...schedules import build_schedule
 from ...sim import simulate
 from ..labs.live import (  # noqa: F401 -- live-object checks and the grader-run job (live.py)
@@ -61,8 +61,8 @@ def cfg_from_run(run_args):
 
 def kit_layout(layers: int, n: int) -> Layout:
     """The layout the runtime builds by default: ``split_layers`` (earlier stages take any extra layer)."""
-    from ...runtime.model import split_layers
-    return Layout(tuple(StageSpec(s == 0, r, s == n - 1) for s, r in enumerate(split_layers(layers, n))))
+    from ...runtime.model import default_layout
+    return default_layout(layers, n)
 
 
 # -- M047 main -----------------------------------------------------------------------------------

@@ -124,7 +124,8 @@ def check_max_trick(logged_by, max_ok, cases, pp=4) -> None:
             if close(got, want, rel=1e-9, abs_=1e-12):
                 continue
             if op == "max" and close(got, max(dp_losses), rel=1e-9):
-                fail(f"{what} is {got:g}: the other ranks' zeros take part in the reduction too, and 0 > {max(dp_losses):g}")
+                fail(f"{what} is {got:g}: the other ranks' zeros take part in the reduction too, and "
+                     f"0 > {max(dp_losses):g}")
             fail(f"{what} is {got:g}, expected {want:g} (every rank's value enters the all-reduce)")
         mean = sum(dp_losses) / len(dp_losses)
         want_ok = close(max_trick(dp_losses, pp, "max"), mean, rel=1e-12, abs_=1e-12)
@@ -141,7 +142,8 @@ def check_production(log_rank, choice, cases) -> None:
     for pp, vpp in cases:
         got = call(log_rank, pp, vpp, name="production_log_rank")
         want = select_schedule(pp, vpp).loss_rank
-        sched = build_schedule("interleaved" if vpp and vpp > 1 else "1f1b", pp, 2 * pp, vpp if vpp and vpp > 1 else None)
+        interleaved = bool(vpp and vpp > 1)
+        sched = build_schedule("interleaved" if interleaved else "1f1b", pp, 2 * pp, vpp if interleaved else None)
         assert want == sched.rank_of(sched.stages - 1)
         if got != want:
             fail(f"production_log_rank({pp}, {vpp}) is {describe(got)}: log (or broadcast from) the rank holding the "

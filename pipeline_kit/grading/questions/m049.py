@@ -79,9 +79,10 @@ def check_metrics(stage_metrics, slowest_stage, traces) -> None:
                 why = first_match(value, {"raw": raw, "mean": services[k].mean(kind) * 1e3, "s": exp[key] / 1e3,
                                      "raw_s": raw / 1e3})
                 if why in ("raw", "raw_s"):
-                    fail(f"{name}, stage {k}: {key} = {value:.4g} is the p50 of the ops' whole durations (end - start), "
-                         f"P2P wait included; the service time subtracts the wait inside each op -- what the stage "
-                         f"itself costs, not how long it waited for a neighbour (p50 service: {_ms(exp[key])})")
+                    fail(f"{name}, stage {k}: {key} = {value:.4g} is the p50 of the ops' whole durations "
+                         f"(end - start), P2P wait included; the service time subtracts the wait inside each op -- "
+                         f"what the stage itself costs, not how long it waited for a neighbour "
+                         f"(p50 service: {_ms(exp[key])})")
                 if why == "mean":
                     fail(f"{name}, stage {k}: {key} = {value:.4g} ms is the mean; use the median (p50): one slow "
                          "microbatch moves the mean, not the p50 (p95 is where the outliers show)")

@@ -243,8 +243,8 @@ def check_endpoints(endpoint_steps, worth_it) -> None:
         got = expect_number(endpoint_steps[key], f"endpoint_steps[{key!r}]")
         if not close(got, steps[key], rel=TIGHT):
             if close(got, seed_plan(text).slowest_stage, rel=1e-4):
-                fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the simulated "
-                     "makespan of all 16 microbatches")
+                fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the "
+                     "simulated makespan of all 16 microbatches")
             _not_rounded(got, steps[key], f"endpoint_steps[{key!r}]")
             fail(f"endpoint_steps[{key!r}] = {got:.4g} ms, but the simulated step of {text} (seed-pp8, M=16, 100 "
                  f"TFLOP/s) is {steps[key]:.4g} ms")

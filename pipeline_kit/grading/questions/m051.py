@@ -88,7 +88,8 @@ def check_rank_layers(rank_layers, cases) -> None:
 def check_bubble(interleaved_bubble, cases) -> None:
     for pp, m, v in cases:
         r = simulate(_schedule(pp, m, v), fwd=Fraction(1), bwd=Fraction(2))
-        got = expect_number(call(interleaved_bubble, pp, m, v, name="interleaved_bubble"), f"interleaved_bubble({pp}, {m}, {v})")
+        got = expect_number(call(interleaved_bubble, pp, m, v, name="interleaved_bubble"),
+                            f"interleaved_bubble({pp}, {m}, {v})")
         want = r.bubble_fraction
         if close(got, float(want)):
             continue
@@ -99,8 +100,8 @@ def check_bubble(interleaved_bubble, cases) -> None:
             (Fraction(pp - 1, v * m), ("(pp-1)/(vM) is bubble over the ideal time (Megatron's ratio), not the idle "
                                        "share of the step")),
             (Fraction(pp - 1, m + pp - 1), "that is the non-interleaved bubble: v did not enter"),
-            (Fraction(pp * v - 1, v * m + pp * v - 1), ("fill and drain cross pp-1 *ranks*, each hop one chunk long, not "
-                                                       "pp*v-1 chunks")),
+            (Fraction(pp * v - 1, v * m + pp * v - 1),
+             "fill and drain cross pp-1 *ranks*, each hop one chunk long, not pp*v-1 chunks"),
         ]) or "idle time over pp x makespan; fill and drain are (pp-1) chunk-steps of (f+b)/v"
         fail(f"interleaved_bubble({pp}, {m}, {v}) = {got:.4g}, the simulator gives {want} = {float(want):.4g}: {why}")
 

@@ -48,7 +48,8 @@ def check_stage_bytes(stage_bytes, cases) -> None:
             want = c.activation_bytes
             if close(got, want, rel=1e-9):
                 continue
-            s, b, h, a, V, d = spec.seq_len, spec.micro_batch_size, spec.hidden, spec.heads, spec.vocab, spec.dtype_bytes
+            s, b, h, a = spec.seq_len, spec.micro_batch_size, spec.hidden, spec.heads
+            V, d = spec.vocab, spec.dtype_bytes
             tokens = s * b
             layer = layer_activation_bytes(spec)
             ends = (tokens * h * d if st.embedding else 0) + (tokens * V * 4 + tokens * h * d if st.loss else 0)
@@ -57,7 +58,8 @@ def check_stage_bytes(stage_bytes, cases) -> None:
                                                      "recomputation each layer keeps its a x s x s score matrices")),
                 (n * s * b * h * (34 + 5 * a * s / h) + ends, ("scale by dtype_bytes / 2: the 34 + 5as/h formula is "
                                                               "for 16-bit training")),
-                (n * layer + (tokens * h * d if st.embedding else 0) + (tokens * V * d + tokens * h * d if st.loss else 0),
+                (n * layer + (tokens * h * d if st.embedding else 0)
+                 + (tokens * V * d + tokens * h * d if st.loss else 0),
                  "the logits are kept in fp32 for the loss: s*b*V x 4 bytes, whatever the training dtype"),
                 (n * layer + (tokens * V * 4 if st.loss else 0) + (tokens * h * d if st.embedding else 0),
                  "the loss stage also keeps its input, s*b*h x dtype_bytes"),
@@ -130,10 +132,12 @@ def check_resident(resident_bytes, cases) -> None:
         if why is None and close(got[0], want[0] - spec.seq_len * spec.hidden * bpp):
             why = "the position embedding (s*h) is missing on rank 0"
         if why is None and close(got[-1], want[-1] - loss_params(spec) * bpp):
-            why = "the last rank holds the output layer (V*h, its own copy even with tied embeddings) and the final norm"
+            why = ("the last rank holds the output layer (V*h, its own copy even with tied embeddings) and the final "
+                   "norm")
         if why is None:
             r = next(i for i, (g, w) in enumerate(zip(got, want)) if not close(g, w))
-            why = f"rank {r} holds {costs[r].spec.text()}: {costs[r].params:,} parameters x {bpp} bytes = {want[r]:,.0f}"
+            why = (f"rank {r} holds {costs[r].spec.text()}: {costs[r].params:,} parameters x {bpp} bytes = "
+                   f"{want[r]:,.0f}")
         fail(f"resident_bytes({spec.layers}-layer model, pp={pp}, {bpp} B/param) is wrong: {why}")
 
 
@@ -259,14 +263,16 @@ def check_terms(memory_terms, cases) -> None:
         for key, exp in want.items():
             values = got[key]
             expect_type(values, (list, tuple), f"{label}[{key!r}]")
-            if len(values) == pp and all(close(expect_number(g, f"{label}[{key!r}] entry"), w) for g, w in zip(values, exp)):
+            if len(values) == pp and all(close(expect_number(g, f"{label}[{key!r}] entry"), w)
+                                         for g, w in zip(values, exp)):
                 continue
             if len(values) == pp and all(close(g, sum(exp) / pp) for g in values):
                 why = f"the ranks are not alike: an even split of the {key} term is exactly the mistake to avoid"
             elif key == "resident":
                 why = "local parameters (with the endpoints) x bytes per parameter"
             elif key == "bytes_per_microbatch":
-                why = "each stage's activation bytes: stage_costs(...)[r].activation_bytes (the last includes the logits)"
+                why = ("each stage's activation bytes: stage_costs(...)[r].activation_bytes (the last includes the "
+                       "logits)")
             else:
                 why = "GPipe keeps M on every rank" if schedule == "gpipe" else "1F1B keeps min(pp - r, M) on rank r"
             shown = (lambda xs: [int(x) for x in xs]) if key == "alive" else \

@@ -68,7 +68,8 @@ def timeout_lines(text: str) -> dict[int, dict]:
     for m in _LINE.finditer(text):
         r, kind, mb, chunk, stage, peer, shape, dtype, rec, sent, began = m.groups()
         out[int(r)] = {"rank": int(r), "peer": int(peer), "direction": kind.split()[0], "microbatch": int(mb),
-                       "chunk": int(chunk), "stage": int(stage), "shape": tuple(int(x) for x in re.findall(r"\d+", shape)),
+                       "chunk": int(chunk), "stage": int(stage),
+                       "shape": tuple(int(x) for x in re.findall(r"\d+", shape)),
                        "dtype": dtype, "received": int(rec), "sent": int(sent), "began": float(began)}
     return out
 
@@ -86,7 +87,8 @@ def model_waits(pp: int, microbatches: int, skip=None, crash=None) -> dict[int, 
     progs = [runtime_program(build_schedule("1f1b", pp, microbatches), r) for r in range(pp)]
     if skip is not None:
         r, k = skip
-        i = next(i for i, it in enumerate(progs[r]) if isinstance(it, tuple) and it[0] == "isend" and it[2][1:] == str(k))
+        i = next(i for i, it in enumerate(progs[r])
+                 if isinstance(it, tuple) and it[0] == "isend" and it[2][1:] == str(k))
         del progs[r][i]
     if crash is not None:
         r, k = crash
@@ -167,7 +169,8 @@ def check_blocking_program(fn, cases) -> None:
                 if sorted(sends) != sorted(want_s):
                     miss = sorted(set(want_s) - set(sends)) or sorted(set(sends) - set(want_s))
                     fail(f"{what} sends {len(sends)} message(s) to rank {peer}, expected {len(want_s)} "
-                         f"({' '.join(want_s[:6])}{' ...' if len(want_s) > 6 else ''}); check {miss[0] if miss else '?'}")
+                         f"({' '.join(want_s[:6])}{' ...' if len(want_s) > 6 else ''}); "
+                         f"check {miss[0] if miss else '?'}")
                 if sorted(recvs) != sorted(want_r):
                     fail(f"{what} receives {len(recvs)} message(s) from rank {peer}, expected {len(want_r)} "
                          f"({' '.join(want_r[:6])}{' ...' if len(want_r) > 6 else ''})")
@@ -335,7 +338,8 @@ def check_diagnose(fn, stderr_text: str, fault: str, pp: int = 4, microbatches: 
     root, mb = (int(v) for v in re.findall(r"\d+", fault))
     direction, victim = skipped_message(pp, microbatches, root, mb)
     parsed = timeout_lines(stderr_text)
-    torchrun_root = re.search(r"Root Cause \(first observed failure\):\s*\[\d+\]:.*?rank\s*:\s*(\d+)", stderr_text, re.DOTALL)
+    torchrun_root = re.search(r"Root Cause \(first observed failure\):\s*\[\d+\]:.*?rank\s*:\s*(\d+)", stderr_text,
+                              re.DOTALL)
     first = None
     for label, text in _variants(stderr_text, pp, root, victim):
         got = call(fn, text, name="diagnose")

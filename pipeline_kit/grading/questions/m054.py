@@ -348,7 +348,8 @@ def check_sweep(fair_m_sweep, cases) -> None:
             fail(f"fair_m_sweep({gbs}, {ms}): micro-batch sizes must be integers (use //), got {describe(got)}")
         if any(p[0] * p[1] != gbs for p in pairs if len(p) == 2):
             bad = next(p for p in pairs if len(p) != 2 or p[0] * p[1] != gbs)
-            fail(f"fair_m_sweep({gbs}, {ms}) contains {bad}: M x micro-batch size = {bad[0] * bad[1] if len(bad) == 2 else '?'}, "
+            product = bad[0] * bad[1] if len(bad) == 2 else "?"
+            fail(f"fair_m_sweep({gbs}, {ms}) contains {bad}: M x micro-batch size = {product}, "
                  f"not the global batch {gbs} -- a run with another GBS cannot be compared with the baseline")
         missing = [p for p in want if p not in pairs]
         extra = [p for p in pairs if p not in want]

@@ -22,7 +22,9 @@ from ...layout import (
 )
 from ...layout.balance import plan_for
 from ...layout.commands import item_times_from_flops
-from ...schedules import build_schedule, check_ops, dataflow
+from ...schedules import build_schedule
+from ...sim import simulate
+from ...trace import from_sim
 from .common import (
     close,
     fail,
@@ -45,37 +47,17 @@ def make_trace(fwd_ms, bwd_ms, microbatches: int, p2p_ms: float = 0.0, jitter: f
                dynamic: dict | None = None, layout: str | None = None) -> dict:
     """A 1F1B trace in ``pipeline_kit.run --trace`` format: per-stage base times (ms), each op scaled by a
     seeded factor in ``[1 - jitter, 1 + jitter]`` and, for stages in ``dynamic``, by a per-microbatch factor."""
-    pp = len(fwd_ms)
-    sched = build_schedule("1f1b", pp, microbatches)
-    check_ops(sched)
+    sched = build_schedule("1f1b", len(fwd_ms), microbatches)
     rng = random.Random(seed)
     dynamic = dynamic or {}
-    done, free = {}, [0.0] * pp
-    timeline, waits = [], []
-    for r, op, s, deps in dataflow(sched):
-        kind, m, c = op
-        ready = free[r]
-        for dep in deps:
-            if dep.stage == s:  # its own forward: already on this rank
-                ready = max(ready, done[(dep.rank, dep.op)])
-                continue
-            arrive = done[(dep.rank, dep.op)] + p2p_ms
-            if arrive <= free[r]:  # already there: no wait to record
-                continue
-            waits.append({"rank": r, "peer": dep.rank, "direction": "forward" if dep.kind == "F" else "backward",
-                          "microbatch": m, "chunk": c, "stage": s, "start": free[r] / 1e3,
-                          "end": arrive / 1e3})
-            ready = max(ready, arrive)
-        base = (fwd_ms if kind == "F" else bwd_ms)[s]
-        dur = base * (1 + jitter * (2 * rng.random() - 1)) * dynamic.get(s, [1.0] * microbatches)[m]
-        timeline.append({"rank": r, "op": sched.op_text(op), "kind": kind, "microbatch": m, "chunk": c, "stage": s,
-                         "start": free[r] / 1e3, "end": (ready + dur) / 1e3})
-        free[r] = ready + dur
-        done[(r, op)] = ready + dur
+
+    def duration(rank, op, stage):  # the simulator calls it op by op in one fixed order: reproducible draws
+        base = (fwd_ms if op.kind == "F" else bwd_ms)[stage]
+        return base * (1 + jitter * (2 * rng.random() - 1)) * dynamic.get(stage, [1.0] * microbatches)[op.microbatch]
+
+    run = simulate(sched, durations=duration, p2p_latency=p2p_ms)
     layers = parse_layout(layout).num_layers if layout else None
-    return {"schedule": "1f1b", "pp": pp, "microbatches": microbatches, "chunks": 1, "source": "lab07 (synthetic)",
-            "makespan": max(free) / 1e3, "p2p_latency": p2p_ms / 1e3, "layers": layers, "layout": layout,
-            "timeline": timeline, "waits": waits}
+    return from_sim(run, per_second=1e3, source="lab07 (synthetic)", p2p_latency=p2p_ms, layers=layers, layout=layout)
 
 
 def lab_stage_ms(layout: str, model: ModelSpec = LAB_MODEL, tflops: float = LAB_TFLOPS,
