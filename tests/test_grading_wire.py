@@ -143,7 +143,8 @@ def test_names_resolve_from_the_canonical_notebook():
 LEAF = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=6))
 JSON = st.recursive(LEAF, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
                     max_leaves=6)
-BLANK = st.one_of(st.just(""), st.just(" \n"), st.lists(st.sampled_from(["", " "]), max_size=2), st.integers(), st.none())
+BLANK = st.one_of(st.just(""), st.just(" \n"), st.lists(st.sampled_from(["", " "]), max_size=2), st.integers(),
+                  st.none())
 CELL = st.one_of(JSON, st.fixed_dictionaries({
     "cell_type": st.sampled_from(["markdown", "raw", "code", 3, None]),
     "metadata": st.one_of(JSON, st.fixed_dictionaries({"nbgrader": JSON, "pipeline_kit": JSON})),
@@ -175,8 +176,9 @@ def test_grade_answers_malformed_notebooks_in_one_line(tmp_path, tiny_solutions,
     path = tmp_path / "lab01_tiny.ipynb"
     path.write_text(text, encoding="utf-8", errors="surrogateescape")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "grade", str(path), "--solutions", str(tiny_solutions)],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT, preexec_fn=_limit_memory, check=False)
+    proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "grade", str(path), "--solutions",
+                           str(tiny_solutions)], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          preexec_fn=_limit_memory, check=False)
     assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, proc.stderr
     assert time.monotonic() - start < 30
     if proc.returncode == 2:

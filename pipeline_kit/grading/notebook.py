@@ -69,7 +69,8 @@ def lab_name(nb, path: Path, sources: Path) -> str:
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
-        raise GradeError(f"{path}: metadata.pipeline_kit must be a mapping like {{\"lab\": \"{known[0] if known else 'lab01'}\"}}, "
+        example = known[0] if known else "lab01"
+        raise GradeError(f"{path}: metadata.pipeline_kit must be a mapping like {{\"lab\": \"{example}\"}}, "
                          f"got {type(meta).__name__}")
     lab = meta.get("lab", path.stem)
     if not isinstance(lab, str) or lab not in known:
@@ -138,7 +139,8 @@ def check_structure(nb, path: Path) -> None:
         meta = cell.get("metadata", {})
         for key in ("nbgrader", "pipeline_kit"):
             if meta.get(key) is not None and not isinstance(meta[key], dict):
-                raise GradeError(f"{path}: cell {i + 1}: metadata.{key} must be a mapping, got {type(meta[key]).__name__}")
+                raise GradeError(f"{path}: cell {i + 1}: metadata.{key} must be a mapping, "
+                                 f"got {type(meta[key]).__name__}")
         gid = (meta.get("nbgrader") or {}).get("grade_id")
         if gid is not None and not isinstance(gid, str):
             raise GradeError(f"{path}: cell {i + 1}: metadata.nbgrader.grade_id must be text, got {type(gid).__name__}")

@@ -48,5 +48,6 @@ class Report:
         for c in self.checks:
             lines.append(f"  {c.name:<{width}}  {c.points:>4g} / {c.max_points:<3g} {c.feedback}")
         if self.lab is not None:
-            lines.append(f"lab {self.lab}, hidden cases drawn with seed {self.seed} (--seed {self.seed} repeats this grade)")
+            lines.append(f"lab {self.lab}, hidden cases drawn with seed {self.seed} "
+                         f"(--seed {self.seed} repeats this grade)")
         return "\n".join(lines)

@@ -23,7 +23,6 @@ MAX_DEPTH = 100          # nesting of lists, tuples, dicts and sets
 MAX_TENSOR = 1_000_000   # elements of one tensor
 # the kit's dataclasses that travel as their fields (module, class)
 KIT_RECORDS = {"ModelSpec": ("pipeline_kit.layout.costs", "ModelSpec"),
-               "GPTConfig": ("pipeline_kit.runtime.model", "GPTConfig"),
                "Plan": ("pipeline_kit.layout.balance", "Plan"),
                "ItemTimes": ("pipeline_kit.layout.balance", "ItemTimes")}
 

@@ -242,7 +242,8 @@ def check_build_stage(fn, cases) -> None:
             for name in state:
                 if name in owner:
                     why = {"embedding": "only the first stage builds the embedding",
-                           "head": "only the last stage builds the head"}.get(name.split(".")[0], "each layer lives on one stage")
+                           "head": "only the last stage builds the head"}.get(name.split(".")[0],
+                                                                               "each layer lives on one stage")
                     fail(f"{name} is built on stages {owner[name]} and {s}: each rank builds only its own part ({why})")
                 owner[name] = s
         ref = GPT(cfg)
@@ -366,7 +367,8 @@ def check_last_stage(fn, cases) -> None:
                 ratios.append(float(r))
         if max(ratios) - min(ratios) > 1e-3 * max(abs(x) for x in ratios):
             fail(f"{what}: the stages' gradients are scaled differently ({min(ratios):.3g}x to {max(ratios):.3g}x the "
-                 "reference): apply the loss and any scaling once, on the last stage, and send gradients back unchanged")
+                 "reference): apply the loss and any scaling once, on the last stage, and send gradients back "
+                 "unchanged")
 
 
 def check_scaling(fn, cases) -> None:
