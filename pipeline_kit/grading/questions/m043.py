@@ -287,7 +287,7 @@ def order_grid(func, pp, m) -> str:
         return f"cannot show the order: {type(exc).__name__}: {describe(str(exc), 200)}\n"
 
 
-# == from lab 2: the M043 follow-up reads the 1F1B drawing ==
+# == M043 follow-up (lab 2): the 1F1B drawing, its dependencies and what it shows =========================
 
 @check
 def check_dependencies(one_f_one_b_grid) -> None:
@@ -299,7 +299,7 @@ def check_dependencies(one_f_one_b_grid) -> None:
     _first_failure(ob, ("dependencies respected", "shortest makespan"), "one_f_one_b_grid")
 
 
-# -- M043 follow-up: reading the 1F1B drawing ---------------------------------------------------------------
+# -- reading the 1F1B drawing ------------------------------------------------------------------------------
 
 @check
 def check_f0(f0_slots) -> None:
