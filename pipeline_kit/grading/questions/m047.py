@@ -17,6 +17,7 @@ from ..labs.live import (  # noqa: F401 -- live-object checks and the grader-run
     GRAD_RUN,
     check_build_stage,
     check_grad_run,
+    grader_run,
 )
 from .common import (
     call,
