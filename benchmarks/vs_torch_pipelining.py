@@ -1,10 +1,13 @@
 """The kit's executor against PyTorch's ``torch.distributed.pipelining`` on the same model.
 
-Same GPT, same stage split, same microbatches, same SGD step, 4 ranks on gloo.  For each of GPipe,
-1F1B and interleaved 1F1B the two runtimes alternate step by step (so machine noise hits both
-alike); the median step time of each and the ratio kit / PyTorch are printed.  Target: ratio <= 1.
+Same GPT, same stage split and placement, same microbatches, same SGD step, 4 ranks on gloo.  For each
+of the seven schedules PyTorch ships (GPipe, 1F1B, interleaved 1F1B, looped BFS, interleaved zero bubble,
+ZB-V, DualPipe-V: every kit family with a ``torch_class``) the two runtimes alternate step by step (so
+machine noise hits both alike); the median step time of each and the ratio kit / PyTorch are printed.
+Target: ratio <= 1.
 
-Run: ``python benchmarks/vs_torch_pipelining.py [--steps 20] [--nproc 4]`` (it starts torchrun itself).
+Run: ``python benchmarks/vs_torch_pipelining.py [--steps 20] [--nproc 4] [--schedules zbv,dualpipev]``
+(it starts torchrun itself).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ def parse(argv=None):
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--micro-batch-size", type=int, default=2)
     p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--schedules", default=None, help="comma-separated kit names (default: all seven)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -33,14 +37,15 @@ def parse(argv=None):
 def worker(args) -> None:
     import torch
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules as torch_schedules
 
     from pipeline_kit.runtime.compute import ModelCompute
     from pipeline_kit.runtime.env import init_distributed
     from pipeline_kit.runtime.executor import run_step
     from pipeline_kit.runtime.model import GPTConfig, build_stage, lm_loss, make_batch
     from pipeline_kit.runtime.p2p import P2P
-    from pipeline_kit.schedules import build_schedule
+    from pipeline_kit.schedules import FAMILIES, build_schedule
 
     torch.set_num_threads(1)
     env = init_distributed("gloo")
@@ -48,11 +53,11 @@ def worker(args) -> None:
     cfg = GPTConfig(layers=args.layers, hidden=args.hidden, seq_len=args.seq_len, heads=4)
     shape = (args.micro_batch_size, args.seq_len, args.hidden)
     rows = []
-    for name, torch_cls, v in (("gpipe", ScheduleGPipe, 1), ("1f1b", Schedule1F1B, 1),
-                               ("interleaved", ScheduleInterleaved1F1B, 2)):
-        sched = build_schedule(name, pp, m, v if v > 1 else None)
-        S = sched.stages
-        mine = sched.stages_of(rank)  # this rank's virtual stage per chunk
+    names = args.schedules.split(",") if args.schedules else [n for n, f in FAMILIES.items() if f.torch_class]
+    for name in names:
+        torch_cls = getattr(torch_schedules, FAMILIES[name].torch_class)
+        sched = build_schedule(name, pp, m)
+        S, v, mine = sched.stages, sched.chunks, sched.stages_of(rank)
         ours = {c: build_stage(cfg, s, S) for c, s in enumerate(mine)}
         theirs = {c: build_stage(cfg, s, S) for c, s in enumerate(mine)}
         opt_ours = torch.optim.SGD([p for s in ours.values() for p in s.parameters()], lr=0.01)
@@ -61,7 +66,8 @@ def worker(args) -> None:
         compute = ModelCompute(ours, m)
         stages = [PipelineStage(theirs[c], s, S, env.device) for c, s in enumerate(mine)]
         kwargs = {"n_microbatches": m, "loss_fn": lm_loss}
-        torch_sched = torch_cls(stages, **kwargs) if v > 1 else torch_cls(stages[0], **kwargs)
+        single = issubclass(torch_cls, torch_schedules.PipelineScheduleSingle)
+        torch_sched = torch_cls(stages[0], **kwargs) if single else torch_cls(stages, **kwargs)
         times = {"kit": [], "torch": []}
         for step in range(args.steps + 2):  # two warm-up steps each
             tokens, targets = make_batch(cfg, m, args.micro_batch_size, step)
@@ -85,14 +91,15 @@ def worker(args) -> None:
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
                 if step >= 2:
                     times[runtime].append(float(elapsed))
-        rows.append((name + (f" v={v}" if v > 1 else ""), statistics.median(times["kit"]),
+        label = name + (f" v={v}" if FAMILIES[name].chunks == "any" else "")
+        rows.append((label, FAMILIES[name].torch_class, statistics.median(times["kit"]),
                      statistics.median(times["torch"])))
     if rank == 0:
         print(f"{pp} ranks, gloo, GPT layers={args.layers} hidden={args.hidden} seq={args.seq_len} "
               f"micro-batch={args.micro_batch_size} microbatches={m}; median of {args.steps} alternating steps")
-        print(f"{'schedule':<16} {'kit ms':>9} {'torch ms':>9} {'kit/torch':>10}")
-        for label, kit, ref in rows:
-            print(f"{label:<16} {kit * 1000:>9.1f} {ref * 1000:>9.1f} {kit / ref:>10.3f}")
+        print(f"{'schedule':<18} {'PyTorch class':<30} {'kit ms':>9} {'torch ms':>9} {'kit/torch':>10}")
+        for label, cls, kit, ref in rows:
+            print(f"{label:<18} {cls:<30} {kit * 1000:>9.1f} {ref * 1000:>9.1f} {kit / ref:>10.3f}")
     dist.destroy_process_group()
 
 
@@ -102,8 +109,11 @@ def main() -> int:
         worker(args)
         return 0
     here = os.path.abspath(__file__)
+    # the worker's options, spelled so torchrun's own parser cannot mistake one for its --nproc-per-node
+    forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+                 if k not in ("nproc", "worker") and v is not None]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc), here,
-           "--worker", *sys.argv[1:]]
+           "--worker", *forwarded]
     return subprocess.call(cmd)
 
 

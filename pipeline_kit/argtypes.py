@@ -7,6 +7,10 @@ status 2 -- never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
+
+from .limits import LIMITS, MAX_NUMBER, MAX_RANKS
 
 EXIT_INVALID = 1  # the input was read but is not a valid schedule
 EXIT_USAGE = 2  # a bad argument
@@ -27,20 +31,60 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return text
 
 
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(message: str) -> str:
+    """``message`` with every character that would start a new line (``str.splitlines`` knows ten) escaped,
+    so that an error quoting the user's input is still one line."""
+    return str(message).translate(_LINE_BREAKS)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but errors are a single line (no usage dump) with exit status 2."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def shown(text: str, width: int = 40) -> str:
+    """``repr(text)``, cut to ``width`` characters so that an error stays one readable line."""
+    r = repr(text)
+    return r if len(r) <= width else r[:width - 4] + "...'"
 
 
 def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {shown(text)}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {shown(text)}")
+    return value
+
+
+def int_at_most(limit_name: str, unit: str) -> Callable[[str], int]:
+    """A positive integer no larger than the named limit of :mod:`pipeline_kit.limits` (checked before use)."""
+    limit = LIMITS[limit_name]
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            unit_text = f" {unit}" if unit else ""
+            raise argparse.ArgumentTypeError(f"{shown(text)} is more than the limit of {limit:,}{unit_text} "
+                                             f"({limit_name})")
+        return value
+
+    return parse
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {shown(text)}") from None
+    if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"expected {what} of at most {MAX_NUMBER:g} (MAX_NUMBER), got {text!r}")
     return value
 
 
@@ -55,27 +99,44 @@ def non_negative_int(text: str) -> int:
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    value = _number(text, "a non-negative number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {shown(text)}")
     return value
 
 
 def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    value = _number(text, "a positive number")
+    if value < 1 / MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"expected a positive number of at least {1 / MAX_NUMBER:g} "
+                                         f"(1 / MAX_NUMBER), got {shown(text)}")
+    return value
+
+
+def timeout_seconds(text: str) -> float:
+    """A positive number of seconds, at most ``MAX_TIMEOUT_S``."""
+    value = positive_float(text)
+    if value > LIMITS["MAX_TIMEOUT_S"]:
+        raise argparse.ArgumentTypeError(f"{shown(text)} seconds is more than the limit of {LIMITS['MAX_TIMEOUT_S']:g} "
+                                         f"(MAX_TIMEOUT_S)")
     return value
 
 
 def float_list(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 1,1,1.5,1, got {text!r}") from None
-    if not values or any(not v >= 0 or v == float("inf") for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated non-negative numbers, got {text!r}")
+    """Comma-separated non-negative numbers; an empty field (``1,,1``) is an error, not skipped."""
+    fields = text.split(",")
+    if len(fields) > MAX_RANKS * LIMITS["MAX_CHUNKS"]:
+        raise argparse.ArgumentTypeError(f"{len(fields):,} values are more than one per virtual stage allows "
+                                         f"(MAX_RANKS x MAX_CHUNKS = {MAX_RANKS * LIMITS['MAX_CHUNKS']:,})")
+    values = []
+    for i, field in enumerate(fields, start=1):
+        if not field.strip():
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 1,1,1.5,1: value {i} of "
+                                             f"{shown(text)} is empty")
+        try:
+            values.append(non_negative_float(field))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 1,1,1.5,1 (non-negative, at "
+                                             f"most {MAX_NUMBER:g}): value {i} of {shown(text)} is "
+                                             f"{shown(field.strip())}") from None
     return values

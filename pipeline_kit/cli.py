@@ -18,32 +18,44 @@ from .argtypes import (
     OneLineParser,
     UsageError,
     float_list,
+    int_at_most,
     non_negative_float,
     non_negative_int,
+    one_line,
     positive_float,
-    positive_int,
 )
+from .inputs import InputError, check_output_path, read_text, strict_json
+from .interrupts import atomic_output, interrupts_end_in_one_line, write_file_atomically
 from .layout import commands as layout_commands
+from .limits import MAX_DRAW_OPS, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, LimitError, check_at_most
 from .schedules import (
+    CHUNKED,
+    FAMILIES,
     SCHEDULES,
     Schedule,
     ScheduleConfigError,
     ScheduleError,
     ScheduleTextError,
     build_schedule,
+    describe,
     validate,
 )
 from .sim import CostError, Costs, simulate
 
 
 # -- schedule options shared by `schedule` and `simulate` ---------------------------------------
+RANKS = int_at_most("MAX_RANKS", "ranks")
+MICROBATCHES = int_at_most("MAX_MICROBATCHES", "microbatches")
+
+
 def add_schedule_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="schedule family (default 1f1b)")
-    p.add_argument("--pp", type=positive_int, required=required, help="pipeline-parallel size (ranks)")
-    p.add_argument("--microbatches", "-m", type=positive_int, required=required, help="microbatches per step")
-    p.add_argument("--chunks", "-v", type=positive_int, default=None,
-                   help="model chunks per rank (virtual pipeline size), interleaved only; default 2")
-    p.add_argument("--group", type=positive_int, default=None,
+    p.add_argument("--pp", type=RANKS, required=required, help="pipeline-parallel size (ranks)")
+    p.add_argument("--microbatches", "-m", type=MICROBATCHES, required=required, help="microbatches per step")
+    p.add_argument("--chunks", "-v", type=int_at_most("MAX_CHUNKS", "chunks per rank"), default=None,
+                   help=f"model chunks per rank (virtual pipeline size) for {', '.join(CHUNKED)}; default 2 "
+                        f"(zbv and dualpipev: exactly 2, in a V)")
+    p.add_argument("--group", type=MICROBATCHES, default=None,
                    help="interleaved only: microbatches per virtual-stage group (Megatron's "
                         "microbatch_group_size_per_vp_stage), default pp")
     p.add_argument("--forward-only", action="store_true", help="inference: forwards only")
@@ -62,8 +74,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.json:
         print(sched.to_json())
     else:
-        print(f"# {sched.name}: pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks} "
-              f"({sched.num_ops} ops; column k is each rank's k-th op, not a time slot)")
+        print(f"# {sched.name}: {describe(sched)} ({sched.num_ops} ops; column k is each rank's k-th op, "
+              f"not a time slot)")
         print(sched.to_grid(), end="")
     return 0
 
@@ -95,9 +107,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except CostError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps(result.to_dict(timeline=not args.no_timeline)))
+        print(strict_json(result.to_dict(timeline=not args.no_timeline)))
         return 0
-    print(f"{sched.name}: pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}  "
+    print(f"{sched.name}: {describe(sched)}  "
           f"(fwd={args.fwd:g} bwd={args.bwd:g}"
           + (f" wgrad={args.wgrad:g}" if args.wgrad is not None else "")
           + (f" stage-costs={','.join(f'{x:g}' for x in args.stage_costs)}" if args.stage_costs else "")
@@ -121,7 +133,8 @@ def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None
     p.add_argument("--bwd", type=non_negative_float, default=2.0,
                    help="full backward time, same convention (default 2.0)")
     p.add_argument("--wgrad", type=non_negative_float, default=None,
-                   help="weight-grad part of bwd for split-backward schedules (zb-h1); default bwd/2")
+                   help="weight-grad part of bwd for split-backward schedules (zb-h1, interleaved-zb, zbv, "
+                        "dualpipev); default bwd/2")
     p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
                    help="relative cost factor per rank (pp values) or per virtual stage (pp*chunks values)")
     p.add_argument("--p2p-latency", type=non_negative_float, default=0.0, help="time of each P2P transfer (default 0)")
@@ -134,27 +147,26 @@ def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None
 
 
 def read_file_arg(path: str) -> str:
-    """The text of the FILE argument, or a one-line usage error saying why it cannot be read."""
+    """The UTF-8 text of the FILE argument, or a one-line usage error saying why it cannot be read."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise UsageError(f"argument FILE: cannot read {path!r}: {exc.strerror}") from None
+        return read_text(path, "argument FILE")
+    except (InputError, LimitError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     text = read_file_arg(args.file)
+    is_json = text.lstrip().startswith(("{", "["))
     try:
-        sched = Schedule.from_json(text) if text.lstrip().startswith("{") else Schedule.from_text(text)
-    except (ScheduleTextError, ValueError) as exc:
-        raise UsageError(f"{args.file}: {exc}") from None
+        sched = Schedule.from_json(text, where=args.file) if is_json else Schedule.from_text(text)
+    except (ScheduleTextError, ValueError) as exc:  # JSON errors name the file already
+        raise UsageError(str(exc) if is_json else f"{args.file}: {exc}") from None
     try:
         validate(sched)
     except ScheduleError as exc:
         print(f"invalid: {exc}")
         return EXIT_INVALID
-    print(f"valid: {sched.name} pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}, "
-          f"{sched.num_ops} ops")
+    print(f"valid: {sched.name} {describe(sched)}, {sched.num_ops} ops")
     return 0
 
 
@@ -169,7 +181,7 @@ def add_draw_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true", help="draw live activations per rank instead of the timeline")
     p.add_argument("--compare", action="store_true",
                    help="with --trace: the simulation from the run's measured service times above the run itself")
-    p.add_argument("--dpi", type=positive_int, default=120)
+    p.add_argument("--dpi", type=int_at_most("MAX_DPI", "dots per inch"), default=120)
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
@@ -179,69 +191,99 @@ def cmd_draw(args: argparse.Namespace) -> int:
         raise UsageError(f"argument -o: {args.output!r} must end in .png, .svg or .pdf")
     if not args.trace and (args.pp is None or args.microbatches is None):
         raise UsageError("give --pp and --microbatches (a schedule to simulate) or --trace FILE")
+    if args.compare and not (args.trace and args.output):
+        raise UsageError("--compare needs --trace FILE (a run to compare the simulation with) and -o FILE")
+    for flag, path in (("-o", args.output), ("--perfetto", args.perfetto)):
+        if path:
+            check_output_path(path, f"argument {flag}")
+    if args.trace:  # read and check the trace before the seconds matplotlib takes to import
+        from .layout.measure import TraceError, load_trace
+        try:
+            trace = load_trace(args.trace)
+        except TraceError as exc:
+            raise UsageError(str(exc)) from None
+        check_at_most(f"--trace {args.trace}: {len(trace['timeline']):,} ops", len(trace["timeline"]),
+                      "MAX_DRAW_OPS", "ops in a drawing")
     try:
         from .viz import Timeline, draw_memory, draw_timeline, to_chrome_trace
     except ImportError as exc:
         raise UsageError(f"drawing needs matplotlib ({exc}); install the kit with pip install -r requirements.txt") \
             from None
     if args.trace:
-        from .layout.measure import TraceError, load_trace
-        try:
-            trace = load_trace(args.trace)
-            tl = Timeline.from_trace(trace)
-        except TraceError as exc:
-            raise UsageError(str(exc)) from None
+        tl = Timeline.from_trace(trace)
     else:
         sched = schedule_from_args(args)
+        if sched.num_ops > MAX_DRAW_OPS:
+            raise UsageError(f"the schedule has {sched.num_ops:,} ops, more than the limit of {MAX_DRAW_OPS:,} ops in "
+                             f"a drawing (MAX_DRAW_OPS); simulate it instead, or draw fewer microbatches")
         try:
             tl = Timeline.from_sim(simulate(sched, costs_from_args(args, sched)))
         except CostError as exc:
             raise UsageError(str(exc)) from None
     if args.output:
         if args.compare:
-            if not args.trace:
-                raise UsageError("--compare needs --trace FILE (a run to compare the simulation with)")
             from .layout.measure import simulate_from_trace
             from .viz import draw_comparison
-            sim = Timeline.from_sim(simulate_from_trace(trace, scale=1e3), unit="ms",
-                                    title="simulated from the run's measured service times")
+            try:
+                simulated = simulate_from_trace(trace, scale=1e3)
+            except TraceError as exc:
+                raise UsageError(f"--trace {args.trace}: {exc}") from None
+            sim = Timeline.from_sim(simulated, unit="ms", title="simulated from the run's measured service times")
             fig = draw_comparison(sim, tl)
         elif args.memory:
             fig = draw_memory({tl.title: tl})
         else:
             fig = draw_timeline(tl, arrows=args.arrows, phases=args.phases, first_backward=args.first_backward).figure
+        check_image_size(fig, args.dpi)
         try:
-            fig.savefig(args.output, dpi=args.dpi)
+            with atomic_output(args.output) as tmp:
+                fig.savefig(tmp, dpi=args.dpi)
         except OSError as exc:
             raise UsageError(f"argument -o: cannot write {args.output!r}: {exc.strerror}") from None
         print(f"wrote {args.output} ({len(tl.ops)} ops, {tl.pp} ranks, makespan {tl.makespan:.4g} {tl.unit})")
     if args.perfetto:
         try:
-            with open(args.perfetto, "w", encoding="utf-8") as fh:
-                json.dump(to_chrome_trace(tl), fh)
+            write_file_atomically(args.perfetto, strict_json(to_chrome_trace(tl)))
         except OSError as exc:
             raise UsageError(f"argument --perfetto: cannot write {args.perfetto!r}: {exc.strerror}") from None
         print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
     return 0
 
 
+def check_image_size(fig, dpi: int) -> None:
+    """Refuse, before rendering, an image with a side over ``MAX_IMAGE_SIDE`` or over ``MAX_IMAGE_PIXELS`` pixels."""
+    width, height = (round(x * dpi) for x in fig.get_size_inches())
+    if max(width, height) > MAX_IMAGE_SIDE or width * height > MAX_IMAGE_PIXELS:
+        raise UsageError(f"argument --dpi: the image would be {width:,} x {height:,} pixels; the limits are "
+                         f"{MAX_IMAGE_SIDE:,} pixels a side (MAX_IMAGE_SIDE) and {MAX_IMAGE_PIXELS:,} in all "
+                         f"(MAX_IMAGE_PIXELS): use a lower --dpi")
+
+
 def add_check_timeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a drawn timeline: one 'rK: F0 F1 . B0 ...' row per rank")
-    p.add_argument("--pp", type=positive_int, required=True)
-    p.add_argument("--microbatches", "-m", type=positive_int, required=True)
+    p.add_argument("--pp", type=RANKS, required=True)
+    p.add_argument("--microbatches", "-m", type=MICROBATCHES, required=True)
     p.add_argument("--schedule", choices=["gpipe", "1f1b", "zb-h1"], default="1f1b",
                    help="the schedule whose order and shortest step the drawing is graded against (default 1f1b)")
-    p.add_argument("--fwd-slots", type=positive_int, default=1, help="slots a forward takes (default 1)")
-    p.add_argument("--bwd-slots", type=positive_int, default=1,
-                   help="slots a backward takes (default 1); write a longer op once, then '-' per extra slot")
+    p.add_argument("--fwd-slots", type=SLOTS, default=1, help="slots a forward takes (default 1)")
+    p.add_argument("--bwd-slots", type=SLOTS, default=1,
+                   help="slots a backward takes (default 1; for zb-h1, each of I and W takes this many); write a "
+                        "longer op once, then '-' per extra slot")
     p.add_argument("--json", action="store_true", help='print {"notebook", "score", "max_score", "checks": [...]}')
+
+
+SLOTS = int_at_most("MAX_SLOTS", "slots")
 
 
 def cmd_check_timeline(args: argparse.Namespace) -> int:
     from .grading import check_timeline
-    report = check_timeline(read_file_arg(args.file), args.pp, args.microbatches, args.schedule, args.fwd_slots,
-                            args.bwd_slots, name=args.file)
-    print(json.dumps(report.to_dict()) if args.json else report.text())
+    text = read_file_arg(args.file)
+    try:
+        report = check_timeline(text, args.pp, args.microbatches, args.schedule, args.fwd_slots, args.bwd_slots,
+                                name=args.file)
+    except ScheduleConfigError as exc:
+        raise UsageError(str(exc)) from None
+    print(strict_json(report.to_dict()) if args.json else report.text())
     return 0
 
 
@@ -317,24 +359,28 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """A tour: PP4/M8 orders, then the four schedules compared on the seeds' PP8/M16 case."""
-    for name in ("gpipe", "1f1b"):
+    """A tour: PP4/M8 orders of 1F1B and ZB-V, then every family compared on the seeds' PP8/M16 case."""
+    for name in ("1f1b", "zbv"):
         sched = build_schedule(name, 4, 8)
-        print(f"== {name}, pp=4, microbatches=8: per-rank op order")
+        print(f"== {name}, {describe(sched)}: per-rank op order")
         print(sched.to_grid())
-    print("== PP8 / M16, fwd=1, bwd=2 (zb-h1: I = W = 1), zero P2P latency")
-    print(f"{'schedule':<16} {'makespan':>9} {'bubble':>8} {'formula':>8} {'peak act (max rank)':>20}")
-    for name, chunks in (("gpipe", None), ("1f1b", None), ("interleaved", 2), ("interleaved", 4), ("zb-h1", None)):
+    print("== PP8 / M16, fwd=1, bwd=2 (split backward: I = W = 1), zero P2P latency")
+    print(f"{'schedule':<18} {'placement':<9} {'makespan':>9} {'bubble':>8} {'peak act (worst rank)':>22}  "
+          f"PyTorch class")
+    for name, chunks in DEMO_CASES:
         sched = build_schedule(name, 8, 16, chunks)
         res = simulate(sched, fwd=1, bwd=2)
         v = sched.chunks
-        formula = "-" if name == "zb-h1" else f"{(8 - 1) / (v * 16 + 8 - 1):.4f}"
-        label = name + (f" v={v}" if v > 1 else "")
-        print(f"{label:<16} {res.makespan:>9.4g} {res.bubble_fraction:>8.4f} {formula:>8} "
-              f"{max(res.peak_activations) / v:>20.4g}")
-    print("(formula: (pp-1)/(v*M+pp-1), no formula for zb-h1; peak activations counted in microbatches'\n"
-          " worth of one rank's share of the model, the worst rank shown)")
+        label = name + (f" v={v}" if FAMILIES[name].chunks == "any" else "")
+        print(f"{label:<18} {sched.placement:<9} {res.makespan:>9.4g} {res.bubble_fraction:>8.4f} "
+              f"{max(res.peak_activations) / v:>22.4g}  {FAMILIES[name].torch_class or '-'}")
+    print("(bubble: idle / (pp x makespan); peak activations counted in microbatches' worth of one rank's share\n"
+          " of the model, the worst rank shown; 1F1B's is pp = 8)")
     return 0
+
+
+DEMO_CASES = [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("interleaved", 4), ("zb-h1", None),
+              ("looped-bfs", 2), ("interleaved-zb", 2), ("zbv", None), ("dualpipev", None)]
 
 
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
@@ -375,15 +421,19 @@ def build_parser() -> OneLineParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
-    try:
-        return args.func(args)
-    except UsageError as exc:
-        print(f"python -m pipeline_kit {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BrokenPipeError:  # e.g. `... | head`
-        return 0
+    """Run one command; every refusal is one line on stderr with exit status 2, Ctrl-C or SIGTERM one line
+    "interrupted" (exit 130 / 143) after ``finally`` blocks have removed temporary files."""
+    with interrupts_end_in_one_line("python -m pipeline_kit") as outcome:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        try:
+            return args.func(args)
+        except (UsageError, InputError, LimitError) as exc:
+            print(f"python -m pipeline_kit {args.command}: error: {one_line(exc)}", file=sys.stderr)
+            return EXIT_USAGE
+        except BrokenPipeError:  # e.g. `... | head`
+            return 0
+    return outcome.exit_code

@@ -17,11 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+GRACE_S = 10.0  # after SIGTERM, how long torchrun gets to stop its workers before everything is killed
 REPLAY_ENV, RECORD_ENV = "PIPELINE_KIT_TORCHRUN_REPLAY", "PIPELINE_KIT_TORCHRUN_RECORD"
 OUTPUT_OPTIONS = ("--trace", "--json")  # options of pipeline_kit.run that name a file the job writes
 
@@ -31,7 +34,10 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
     """Run ``torchrun --standalone --nproc-per-node NPROC -m MODULE ARGS...`` and return its output.
 
     Never raises on a failed job (look at ``returncode``, ``stdout`` and ``stderr``); raises
-    ``subprocess.TimeoutExpired`` only if the whole job outlives ``timeout`` seconds.
+    ``subprocess.TimeoutExpired`` only if the whole job outlives ``timeout`` seconds.  On a timeout,
+    or when the caller is interrupted (Ctrl-C, a notebook's interrupt), the job is stopped as a
+    whole before this returns or raises: torchrun gets SIGTERM and stops its workers, and whatever
+    is left of the job after ``GRACE_S`` seconds is killed -- no worker outlives the call.
     """
     if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
         raise ValueError(f"nproc must be a positive integer, got {nproc!r}")
@@ -43,11 +49,95 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
     if recording is not None and recording.is_file() and not os.environ.get(RECORD_ENV):
         return _replay(recording, cmd, args)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=env,
-                          check=False)
+    # its own session: a terminal's Ctrl-C reaches only us, and we stop the job in order; and should this
+    # process die without a chance to (SIGKILL), torchrun is sent SIGTERM and stops its workers itself
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd or ROOT, env=env,
+                            start_new_session=True, preexec_fn=_terminate_when_parent_dies)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = stop_job(proc)
+        raise subprocess.TimeoutExpired(cmd, timeout, output=stdout, stderr=stderr) from None
+    except BaseException:  # KeyboardInterrupt above all: stop the job, then let the interrupt go on
+        stop_job(proc)
+        raise
+    done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     if recording is not None and os.environ.get(RECORD_ENV):
-        _record(recording, nproc, module, args, proc)
-    return proc
+        _record(recording, nproc, module, args, done)
+    return done
+
+
+def _terminate_when_parent_dies() -> None:
+    """In the child, before exec: Linux's ``PR_SET_PDEATHSIG`` -- SIGTERM when the launching thread dies."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the timeout and interrupt paths still stop the job
+        pass
+
+
+def stop_job(proc: subprocess.Popen) -> tuple[str, str]:
+    """Stop a torchrun job and every process it started; return what it printed.
+
+    torchrun starts each worker in a session of its own, so killing torchrun's process group would
+    miss them: the workers are found first (every descendant, from ``/proc``), torchrun is asked to
+    stop them (SIGTERM), and after ``GRACE_S`` seconds every one of them still alive is killed.
+    """
+    job = _descendants(proc.pid)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = None, None
+        job += [pid for pid in _descendants(proc.pid) if pid not in job]  # workers started meanwhile
+    for pid in [proc.pid, *job]:
+        try:
+            os.killpg(pid, signal.SIGKILL)  # torchrun and each worker lead their own group
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    if stdout is None:
+        stdout, stderr = proc.communicate()
+    deadline = time.monotonic() + GRACE_S
+    while any(_alive(pid) for pid in job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return stdout, stderr
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux ``/proc``; elsewhere none, and only torchrun is signalled)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped by its parent, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _output_files(args: list[str]) -> dict[str, str]:

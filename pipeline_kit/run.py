@@ -7,16 +7,28 @@ flush.  Rank 0 prints one line per step and a summary; ``--json`` / ``--trace`` 
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import statistics
 import sys
 import time
 import traceback
 from dataclasses import replace
 
-from .argtypes import DefaultsHelpFormatter, OneLineParser, float_list, positive_float, positive_int
-from .schedules import SCHEDULES, ScheduleConfigError, build_schedule, validate
+from .argtypes import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    float_list,
+    int_at_most,
+    one_line,
+    positive_float,
+    timeout_seconds,
+)
+from .limits import MAX_SEED
+from .schedules import CHUNKED, SCHEDULES, ScheduleConfigError, build_schedule, describe, validate
+
+MODEL_DIM = int_at_most("MAX_MODEL_DIM", "")
+QUIET_RANK_WAIT_S = 10.0  # how long a rank other than 0 waits to be stopped before it reports a refusal itself
 
 
 def build_parser() -> OneLineParser:
@@ -24,20 +36,23 @@ def build_parser() -> OneLineParser:
                       description="Run a pipeline schedule on real processes (pp = number of ranks).",
                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="the schedule every rank runs")
-    p.add_argument("--microbatches", "-m", type=positive_int, default=8, help="microbatches per step (M)")
-    p.add_argument("--chunks", "-v", type=positive_int, default=None, help="model chunks per rank (interleaved)")
-    p.add_argument("--layers", type=positive_int, default=8, help="decoder layers of the model")
-    p.add_argument("--hidden", type=positive_int, default=64, help="hidden size h")
-    p.add_argument("--heads", type=positive_int, default=4, help="attention heads")
-    p.add_argument("--seq-len", type=positive_int, default=32, help="sequence length s")
-    p.add_argument("--micro-batch-size", type=positive_int, default=2, help="sequences per microbatch b")
-    p.add_argument("--vocab", type=positive_int, default=256, help="vocabulary size V")
+    p.add_argument("--microbatches", "-m", type=int_at_most("MAX_MICROBATCHES", "microbatches"), default=8,
+                   help="microbatches per step (M)")
+    p.add_argument("--chunks", "-v", type=int_at_most("MAX_CHUNKS", "chunks per rank"), default=None,
+                   help=f"model chunks per rank ({', '.join(CHUNKED)}; default 2)")
+    p.add_argument("--layers", type=int_at_most("MAX_LAYERS", "layers"), default=8, help="decoder layers of the model")
+    p.add_argument("--hidden", type=MODEL_DIM, default=64, help="hidden size h")
+    p.add_argument("--heads", type=MODEL_DIM, default=4, help="attention heads")
+    p.add_argument("--seq-len", type=MODEL_DIM, default=32, help="sequence length s")
+    p.add_argument("--micro-batch-size", type=MODEL_DIM, default=2, help="sequences per microbatch b")
+    p.add_argument("--vocab", type=MODEL_DIM, default=256, help="vocabulary size V")
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
     p.add_argument("--layout", metavar="LAYOUT",
                    help="Megatron-style layout, e.g. 'Et*3|t*2|t*2|tL': stage k on rank k %% pp, chunk k // pp "
-                        "(default: the even split)")
-    p.add_argument("--seed", type=int, default=1234, help="seed of the weights and the data")
-    p.add_argument("--steps", type=positive_int, default=3, help="training steps")
+                        "(on a V -- zbv, dualpipev -- stages pp..2pp-1 run back up from rank pp-1 to rank 0; "
+                        "default: the even split)")
+    p.add_argument("--seed", type=_seed, default=1234, help="seed of the weights and the data")
+    p.add_argument("--steps", type=int_at_most("MAX_STEPS", "steps"), default=3, help="training steps")
     p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate")
     p.add_argument("--check-grads", action="store_true",
                    help="after step 1, compare every gradient with a single-process reference")
@@ -46,7 +61,7 @@ def build_parser() -> OneLineParser:
                         "through a rank's whole share; each of v chunks waits 1/v")
     p.add_argument("--trace", metavar="FILE", help="write every op's and P2P wait's start/end (last step) as JSON")
     p.add_argument("--json", metavar="FILE", help="write the run's summary as JSON")
-    p.add_argument("--p2p-timeout", type=positive_float, default=60.0, metavar="S",
+    p.add_argument("--p2p-timeout", type=timeout_seconds, default=60.0, metavar="S",
                    help="seconds any P2P wait may take before the run is stopped with a diagnosis")
     p.add_argument("--verbose-p2p", action="store_true", help="print every send and receive as it happens")
     p.add_argument("--inject", metavar="FAULT", help="skip-send:rank=R,mb=K or crash:rank=R,mb=K")
@@ -54,6 +69,52 @@ def build_parser() -> OneLineParser:
     p.add_argument("--no-deallocate", action="store_true", help="keep sent outputs' data (to measure the saving)")
     p.add_argument("--send-shapes", action="store_true", help="send each tensor's shape first (variable shapes)")
     return p
+
+
+def _seed(text: str) -> int:
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**63 - 1 (MAX_SEED), got {text[:30]!r}")
+    return value
+
+
+def refuse_before_starting(args, world: int) -> str | None:
+    """What to refuse before any process group forms or any step runs: output paths that cannot be
+    written (so a run never trains to the end and then loses its results), a backend the machine
+    cannot give, and a model whose estimated memory passes ``MAX_RUN_MEMORY_BYTES``."""
+    from .inputs import InputError, check_output_path
+    from .layout.costs import embedding_params, layer_activation_bytes, layer_params, loss_params
+    from .limits import MAX_RUN_MEMORY_BYTES
+    writer = os.environ.get("RANK", "0") == "0"  # rank 0 writes the files, on its own node's file system
+    paths = [(flag, path) for flag, path in (("--json", args.json), ("--trace", args.trace)) if path and writer]
+    try:
+        for flag, path in paths:
+            check_output_path(path, f"argument {flag}")
+    except InputError as exc:
+        return str(exc)
+    if len(paths) == 2 and os.path.abspath(args.json) == os.path.abspath(args.trace):
+        return "arguments --json and --trace name the same file; give each its own"
+    m = _model_spec(args)
+    params = embedding_params(m) + m.layers * layer_params(m) + loss_params(m)
+    logits = m.seq_len * m.micro_batch_size * m.vocab * 4
+    estimate = 3 * 4 * params + args.microbatches * (m.layers * layer_activation_bytes(m) + 2 * logits)
+    if estimate > MAX_RUN_MEMORY_BYTES:
+        return (f"the model needs about {estimate / 2**30:,.1f} GiB ({params:,} parameters; activations of "
+                f"{args.microbatches} microbatches), more than the limit of {MAX_RUN_MEMORY_BYTES / 2**30:g} GiB "
+                f"(MAX_RUN_MEMORY_BYTES): use a smaller --hidden, --seq-len, --vocab, --layers or --microbatches")
+    import torch
+
+    from .runtime.env import choose
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        choose(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), gpus, args.backend)
+    except ValueError as exc:
+        return f"argument --backend: {exc}"
+    return None
 
 
 def _say(env, text: str, file=sys.stdout) -> None:
@@ -68,8 +129,12 @@ def main(argv=None) -> int:
     rank = int(os.environ.get("RANK", "0"))
 
     def usage(message: str) -> int:
-        if rank == 0:
-            print(f"{parser.prog}: error: {message}", file=sys.stderr, flush=True)
+        # One line for the job: rank 0 says it and exits, and torchrun then stops the other ranks.  They
+        # wait for that rather than exit first -- torchrun would stop rank 0 before it could say why --
+        # and speak only if nobody stopped them (rank 0 is slow, or saw no problem).
+        if rank != 0:
+            time.sleep(QUIET_RANK_WAIT_S)
+        print(f"{parser.prog}: error: {one_line(message)}", file=sys.stderr, flush=True)
         return 2
 
     # Everything that can be checked without a process group is checked first, on every rank alike.
@@ -83,7 +148,7 @@ def main(argv=None) -> int:
     if fault and fault.microbatch >= args.microbatches:
         return usage(f"argument --inject: microbatch {fault.microbatch} does not exist (0..{args.microbatches - 1})")
     layout = None
-    if args.layout:
+    if args.layout is not None:  # an empty --layout is an error, not the even split
         from .layout import LayoutError, parse_layout
         try:
             layout = parse_layout(args.layout, pp=world, layers=args.layers)
@@ -93,10 +158,10 @@ def main(argv=None) -> int:
         if args.chunks not in (None, v):
             return usage(f"argument --chunks: {args.chunks} disagrees with the layout's {layout.num_stages} stages on "
                          f"{world} ranks ({v} chunk(s) per rank)")
-        if v > 1 and args.schedule != "interleaved":
+        if v > 1 and args.schedule not in CHUNKED:
             return usage(f"argument --layout: {layout.num_stages} stages on {world} ranks means {v} chunks per rank, "
-                         f"which needs --schedule interleaved")
-        args.chunks = v if args.schedule == "interleaved" else None
+                         f"which needs a --schedule with chunks: {', '.join(CHUNKED)}")
+        args.chunks = v if args.schedule in CHUNKED else None
     try:
         schedule = validate(build_schedule(args.schedule, world, args.microbatches, args.chunks))
     except ScheduleConfigError as exc:
@@ -113,6 +178,9 @@ def main(argv=None) -> int:
     if args.layers < schedule.stages:
         return usage(f"argument --layers: {args.layers} layers cannot fill {schedule.stages} pipeline stages "
                      f"(pp {world} x chunks {schedule.chunks}); use --layers {schedule.stages} or more")
+    problem = refuse_before_starting(args, world)
+    if problem:
+        return usage(problem)
 
     from .runtime.env import init_distributed
     env = None
@@ -130,8 +198,10 @@ def main(argv=None) -> int:
             print(f"{who} CRASH: {exc}", file=sys.stderr, flush=True)
             code = 4
         elif "Connection reset by peer" in str(exc) or "Connection closed by peer" in str(exc):
-            print(f"{who} STOPPED: a peer rank went away ({str(exc).split(']')[-1].strip()[:80]}); "
-                  f"see that rank's message above", file=sys.stderr, flush=True)
+            gloo = " ".join(str(exc).split())  # the whole error, on one line
+            print(f"{who} STOPPED: the connection to another rank was lost, so that rank ended first (if it failed "
+                  f"by itself its own message is above; if it was killed, torchrun's summary names its exit code). "
+                  f"gloo said: {gloo}", file=sys.stderr, flush=True)
             code = 5
         else:
             print(f"{who} ERROR: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
@@ -153,8 +223,8 @@ def _run(args, env, schedule, fault, layout) -> int:
     cfg = _model_spec(args)
     layout = layout or _default_layout(cfg, schedule)
     stages, stage_params = _build_stages(env, schedule, cfg, layout)
-    _say(env, f"schedule {schedule.name}: pp={schedule.pp} microbatches={schedule.microbatches} "
-              f"chunks={schedule.chunks}; parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
+    _say(env, f"schedule {schedule.name}: {describe(schedule)}; "
+              f"parameters per stage: {', '.join(f'{n:,}' for n in stage_params)}")
     p2p = P2P(schedule, env.rank, env.device, _boundary_shape(args), timeout_s=args.p2p_timeout,
               verbose=args.verbose_p2p, send_shapes=args.send_shapes, via_host=env.stage_through_host)
     latency = measure_latency(p2p)
@@ -376,19 +446,29 @@ def _print_summary(summary: dict, schedule, job) -> None:
 
 def _write_outputs(args, schedule, cfg, summary: dict, everyone: list[dict], latency: float) -> None:
     """``--json`` (the summary) and ``--trace`` (the last step, in the trace module's format)."""
+    from .inputs import json_safe, strict_json
+    from .interrupts import write_file_atomically
     from .trace import new_trace
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(summary, fh, indent=1)
+    if args.json:  # through a temporary file: an interrupted run leaves no half-written output
+        write_file_atomically(args.json, strict_json(json_safe(summary), indent=1))
     if args.trace:
         trace = new_trace(schedule, "runtime", max(r["end"] for r in everyone),
                           [e for r in everyone for e in r["events"]], [w for r in everyone for w in r["waits"]],
                           latency, cfg.layers, summary["layout"])
-        with open(args.trace, "w", encoding="utf-8") as fh:
-            json.dump(trace, fh)
+        write_file_atomically(args.trace, strict_json(json_safe(trace)))
+
+
+def _say_interrupted(signum: int) -> None:
+    if os.environ.get("RANK", "0") == "0":  # one line for the whole job, not one per rank
+        why = ("Ctrl-C" if signum == signal.SIGINT else
+               "SIGTERM: torchrun stops every rank when it is stopped or when another rank fails")
+        print(f"torchrun ... -m pipeline_kit.run: interrupted ({why})", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
+    from .interrupts import exit_on_signals_from_a_watcher
+
+    exit_on_signals_from_a_watcher(_say_interrupted)  # before torch starts its threads
     code = main()
     if "torch.distributed" in sys.modules:  # not imported when the arguments were refused
         import torch.distributed as dist

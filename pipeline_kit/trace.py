@@ -16,11 +16,13 @@ op's duration minus the P2P wait inside it, M049).  Imports neither torch nor ma
 
 from __future__ import annotations
 
-import json
+import os
 import statistics
 from dataclasses import dataclass, field
 
-TRACE_KEYS = ("schedule", "pp", "microbatches", "chunks", "timeline")
+from .inputs import Field, InputError, array, check_object, integer, nullable, number, read_json, text
+from .limits import LimitError
+from .schedules import PLACEMENTS, SCHEDULES
 
 
 class TraceError(ValueError):
@@ -74,17 +76,66 @@ def from_sim(result, per_second: float = 1.0, source: str = "simulator", p2p_lat
                      layout)
 
 
+# A trace file, one line a field (fields the kit does not use are allowed and ignored).
+TRACE_JSON = {
+    "schedule": Field(text(*SCHEDULES, *(f"{name}-forward-only" for name in SCHEDULES)), required=True),
+    "pp": Field(integer(1, "MAX_RANKS"), required=True),
+    "microbatches": Field(integer(1, "MAX_MICROBATCHES"), required=True),
+    "chunks": Field(integer(1, "MAX_CHUNKS"), required=True),
+    "placement": Field(text(*PLACEMENTS), default="looped"),
+    "timeline": Field(array(lambda e, where: check_object(e, TRACE_OP, where, ignore_unknown=True), "op events"),
+                      required=True),
+    "waits": Field(array(lambda w, where: check_object(w, TRACE_WAIT, where, ignore_unknown=True), "P2P waits"),
+                   default=[]),
+    "makespan": Field(nullable(number()), default=None),
+    "p2p_latency": Field(number(), default=0.0),
+    "layers": Field(nullable(integer(1, "MAX_LAYERS")), default=None),
+    "layout": Field(nullable(text()), default=None),
+    "source": Field(text(), default="runtime"),
+}
+TRACE_OP = {  # one entry of "timeline" (see op_record)
+    "rank": Field(integer(0), required=True),
+    "kind": Field(text("F", "B", "I", "W"), required=True),
+    "microbatch": Field(integer(0), required=True),
+    "chunk": Field(integer(0), required=True),
+    "stage": Field(integer(0), required=True),
+    "start": Field(number(), required=True),
+    "end": Field(number(), required=True),
+    "op": Field(text(), default=None),
+}
+TRACE_WAIT = {"rank": Field(integer(0), required=True), "start": Field(number(), required=True),
+              "end": Field(number(), required=True)}  # one entry of "waits" (see wait_record)
+
+
 def load_trace(path: str) -> dict:
-    """Read a trace file; the error names the file and what is wrong with it."""
+    """Read a trace file, checked against :data:`TRACE_JSON` and for ranges (an op's rank below pp, its
+    stage below pp x chunks, no end before its start); the error names the file, the field and what is
+    wrong with it."""
+    where = f"--trace {path}"
+    if not os.path.isfile(path):
+        raise TraceError(f"{where}: cannot read it ({'not a file' if os.path.exists(path) else 'no such file'})")
     try:
-        with open(path, encoding="utf-8") as fh:
-            trace = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise TraceError(f"--trace {path}: cannot read it as JSON ({exc})") from None
-    missing = [k for k in TRACE_KEYS if k not in trace]
-    if missing:
-        raise TraceError(f"--trace {path}: not a pipeline_kit.run trace (missing {missing})")
-    return trace
+        data = read_json(path, "--trace")
+        fields = check_object(data, TRACE_JSON, where, ignore_unknown=True)
+    except (InputError, LimitError) as exc:
+        raise TraceError(str(exc)) from None
+    if not fields["timeline"]:
+        raise TraceError(f"{where}: field 'timeline' is empty; a trace holds one event per op of the step")
+    pp, chunks, mbs = fields["pp"], fields["chunks"], fields["microbatches"]
+    for i, e in enumerate(fields["timeline"]):
+        for key, bound in (("rank", pp), ("stage", pp * chunks), ("microbatch", mbs), ("chunk", chunks)):
+            if e[key] >= bound:
+                raise TraceError(f"{where}: field 'timeline'[{i}]: {key} {e[key]} is out of range 0..{bound - 1}")
+        if e["end"] < e["start"]:
+            raise TraceError(f"{where}: field 'timeline'[{i}]: end {e['end']} is before start {e['start']}")
+        if e["op"] is None:
+            e["op"] = f"{e['kind']}{e['microbatch']}" + (f"c{e['chunk']}" if chunks > 1 else "")
+    for i, w in enumerate(fields["waits"]):
+        if w["rank"] >= pp or w["end"] < w["start"]:
+            raise TraceError(f"{where}: field 'waits'[{i}]: rank must be below pp={pp} and end not before start")
+    if fields["makespan"] is None:
+        fields["makespan"] = max(e["end"] for e in fields["timeline"])
+    return {**data, **fields}
 
 
 # -- reading a step ------------------------------------------------------------------------------------
@@ -99,6 +150,7 @@ class Timeline:
     waits: list[dict] = field(default_factory=list)  # rank, start, end (measured runs)
     title: str = ""
     unit: str = "time"
+    placement: str = "looped"  # "v": chunk 0 of rank r is stage r, chunk 1 is stage 2 pp - 1 - r
 
     @classmethod
     def from_sim(cls, result, title: str | None = None, unit: str = "time units") -> Timeline:
@@ -106,7 +158,8 @@ class Timeline:
         s = result.schedule
         return cls(s.pp, s.chunks, d["timeline"], d["transfers"], [],
                    title if title is not None else f"{s.name}, pp={s.pp}, M={s.microbatches}"
-                   + (f", v={s.chunks}" if s.chunks > 1 else ""), unit)
+                   + (f", v={s.chunks}" if s.chunks > 1 else "") + (", V placement" if s.placement == "v" else ""),
+                   unit, s.placement)
 
     @classmethod
     def from_trace(cls, trace: dict, title: str | None = None) -> Timeline:
@@ -129,11 +182,15 @@ class Timeline:
         name = trace.get("schedule", "run")
         return cls(trace["pp"], trace.get("chunks", 1), ops, [], waits,
                    title if title is not None else f"measured: {name}, pp={trace['pp']}, M={trace['microbatches']}",
-                   "ms")
+                   "ms", trace.get("placement", "looped"))
 
     @property
     def makespan(self) -> float:
         return max((o["end"] for o in self.ops), default=0.0)
+
+    def stages_of(self, rank: int) -> list[int]:
+        """The virtual stages ``rank`` ran, read from its ops (so a drawing never re-derives the placement)."""
+        return sorted({o["stage"] for o in self.ops if o["rank"] == rank})
 
     def rank_ops(self, rank: int) -> list[dict]:
         return sorted((o for o in self.ops if o["rank"] == rank), key=lambda o: o["start"])

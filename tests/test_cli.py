@@ -69,7 +69,11 @@ def test_simulate_table_zb_h1_with_wgrad_and_stage_costs():
      "argument --schedule: invalid choice: 'pipedream'"),
     (["schedule", "--schedule", "interleaved", "--pp", "4", "-m", "6"], "the last group would hold 2 < pp=4"),
     (["schedule", "--schedule", "1f1b", "--pp", "4", "-m", "8", "--chunks", "2"],
-     "--chunks 2 only applies to the interleaved"),
+     "--chunks 2 only applies to interleaved, looped-bfs, interleaved-zb, zbv, dualpipev; 1f1b has one chunk"),
+    (["schedule", "--schedule", "zbv", "--pp", "4", "-m", "8", "--chunks", "3"],
+     'zbv needs --chunks 2, got 3: "ZBV requires exactly 2 stages per rank, but got 3."'),
+    (["simulate", "--schedule", "dualpipev", "--pp", "4", "-m", "6"],
+     '"DualPipeV requires at least as many microbatches as stages, but got 6 microbatches and 8 stages."'),
     (["simulate", "--pp", "4", "-m", "8", "--stage-costs", "1,2"],
      "argument --stage-costs: got 2 values, expected 4 (one per rank)"),
     (["simulate", "--pp", "4", "-m", "8", "--stage-costs", "a,b"],
@@ -110,9 +114,33 @@ def test_validate_file(tmp_path):
                                         "number and an optional chunk, e.g. F3, B3, I3c1, W3c1")
 
 
-def test_demo_runs():
+def test_demo_runs_and_shows_every_family():
     out = run("demo").stdout
-    assert "1f1b, pp=4, microbatches=8" in out and "zb-h1" in out
+    assert "== 1f1b, pp=4 microbatches=8 chunks=1" in out
+    assert "== zbv, pp=4 microbatches=8 chunks=2 placement=v (c0 = stage r, c1 = stage 7-r)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[-1:] and
+            line.split()[-1].startswith(("Schedule", "-"))}
+    assert set(rows) == {"gpipe", "1f1b", "interleaved", "zb-h1", "looped-bfs", "interleaved-zb", "zbv", "dualpipev"}
+    assert rows["zbv"][1:] == ["v", "51.5", "0.0680", "8", "ScheduleZBVZeroBubble"]  # tests/test_multi_stage_sim.py
+    assert rows["dualpipev"][1:] == ["v", "51.5", "0.0680", "8.5", "ScheduleDualPipeV"]
+
+
+def test_v_schedule_text_json_and_validate_round_trip(tmp_path):
+    """c is the rank's local chunk: on a V, c0 is stage r and c1 stage 2pp-1-r; the files say placement=v."""
+    out = run("schedule", "--schedule", "zbv", "--pp", "2", "-m", "4").stdout
+    assert out.splitlines()[0].startswith(
+        "# zbv: pp=2 microbatches=4 chunks=2 placement=v (c0 = stage r, c1 = stage 3-r)")
+    assert out.splitlines()[2].startswith("r1: F0c0 F0c1 F1c0 F1c1 I0c1 W0c1")
+    d = json.loads(run("schedule", "--schedule", "dualpipev", "--pp", "2", "-m", "4", "--json").stdout)
+    assert (d["schedule"], d["chunks"], d["placement"]) == ("dualpipev", 2, "v")
+    assert d["ranks"][0][8] == "B1c1"
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(d))
+    assert run("validate", str(path)).stdout.strip() == (
+        "valid: dualpipev pp=2 microbatches=4 chunks=2 placement=v (c0 = stage r, c1 = stage 3-r), 37 ops")
+    sim = json.loads(run("simulate", "--schedule", "interleaved-zb", "--pp", "4", "-m", "8", "--chunks", "2",
+                         "--json", "--no-timeline").stdout)
+    assert (sim["makespan"], sim["ideal_time"]) == (25.5, 24)  # one forward ramp of (pp - 1) chunk forwards
 
 
 def test_schedule_core_imports_no_torch():

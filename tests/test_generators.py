@@ -1,10 +1,13 @@
 """Generators: the per-rank orders are exactly Megatron-LM's (and torch.distributed.pipelining's)."""
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline_kit.schedules import (
+    SCHEDULES,
     ScheduleConfigError,
     build_schedule,
     gpipe,
@@ -96,19 +99,25 @@ def test_zb_h1_follows_the_papers_triples():
     assert rows(zb_h1(4, 8))[3] == "F0 I0 F1 I1 F2 I2 F3 I3 W0 F4 I4 W1 F5 I5 W2 F6 I6 W3 F7 I7 W4 W5 W6 W7"
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved", "zb-h1"])
+@pytest.mark.parametrize("name", list(SCHEDULES))
 def test_forward_only_variants(name):
-    sched = build_schedule(name, 4, 8, 2 if name == "interleaved" else None, forward_only=True)
+    sched = build_schedule(name, 4, 8, forward_only=True)
     assert sched.forward_only and sched.name == f"{name}-forward-only"
     assert sched.num_ops == 4 * 8 * sched.chunks
     validate(sched)
+    full = build_schedule(name, 4, 8)
+    assert sched.ranks == [[op for op in ops if op.kind == "F"] for ops in full.ranks]
+    assert sched.placement == full.placement
 
 
 def test_build_schedule_errors():
     with pytest.raises(ScheduleConfigError, match="unknown schedule 'pipedream'; choose one of gpipe, 1f1b"):
         build_schedule("pipedream", 2, 2)
-    with pytest.raises(ScheduleConfigError, match="--chunks 2 only applies to the interleaved"):
+    with pytest.raises(ScheduleConfigError, match="--chunks 2 only applies to interleaved, looped-bfs, interleaved-zb, "
+                                                  "zbv, dualpipev; 1f1b has one chunk per rank"):
         build_schedule("1f1b", 2, 2, chunks=2)
+    with pytest.raises(ScheduleConfigError, match="group size only applies to the interleaved schedule, not zbv"):
+        build_schedule("zbv", 2, 4, group=2)
     with pytest.raises(ScheduleConfigError, match="microbatches must be a positive integer"):
         build_schedule("1f1b", 2, 0)
 
@@ -142,3 +151,74 @@ def test_every_generated_interleaved_schedule_validates(pp, k, v, extra, fwd_onl
     group = pp + extra
     m = k * group
     validate(interleaved(pp, m, v, fwd_only, group=group))
+
+
+# -- the families PyTorch ships beyond interleaved 1F1B (orders cross-checked against torch in
+#    test_torch_pipelining_orders; here a few pinned by hand so a reader sees them) ----------------------------
+
+def test_looped_bfs_runs_each_chunk_breadth_first_and_backwards_last_in_first_out():
+    assert rows(build_schedule("looped-bfs", 2, 3)) == [
+        "F0c0 F1c0 F2c0 F0c1 F1c1 F2c1 B2c1 B1c1 B0c1 B2c0 B1c0 B0c0"] * 2
+
+
+def test_interleaved_zb_pp2_m4_exact_orders():
+    # warmup (v-1)*round + pp-1-r forwards; then F, I pairs with each W r input-grads late
+    assert rows(build_schedule("interleaved-zb", 2, 4)) == [
+        "F0c0 F1c0 F0c1 F1c1 I0c1 W0c1 F2c0 I1c1 W1c1 F3c0 I0c0 W0c0 F2c1 I1c0 W1c0 F3c1 I2c1 W2c1 I3c1 W3c1 I2c0 W2c0 "
+        "I3c0 W3c0",
+        "F0c0 F1c0 F0c1 I0c1 F1c1 I1c1 W0c1 F2c0 I0c0 W1c1 F3c0 I1c0 W0c0 F2c1 I2c1 W1c0 F3c1 I3c1 W2c1 I2c0 W3c1 I3c0 "
+        "W2c0 W3c0",
+    ]
+
+
+def test_zbv_pp2_m4_exact_orders_and_v_placement():
+    sched = build_schedule("zbv", 2, 4)
+    assert sched.placement == "v" and sched.stages_of(0) == [0, 3] and sched.stages_of(1) == [1, 2]
+    assert rows(sched) == [
+        "F0c0 F1c0 F2c0 F0c1 I0c1 W0c1 F1c1 I1c1 W1c1 F3c0 I0c0 W0c0 F2c1 I2c1 W2c1 I1c0 W1c0 F3c1 I3c1 W3c1 I2c0 W2c0 "
+        "I3c0 W3c0",
+        "F0c0 F0c1 F1c0 F1c1 I0c1 W0c1 F2c0 I0c0 W0c0 F2c1 I1c1 W1c1 F3c0 I1c0 W1c0 F3c1 I2c1 W2c1 I2c0 I3c1 I3c0 W2c0 "
+        "W3c1 W3c0",
+    ]
+
+
+def test_dualpipev_pp2_m4_pairs_a_forward_with_the_other_chunks_backward():
+    assert rows(build_schedule("dualpipev", 2, 4)) == [
+        "F0c0 F1c0 F2c0 F0c1 I0c1 W0c1 F1c1 F3c0 B1c1 F2c1 B0c0 B2c1 F3c1 B1c0 B3c1 I2c0 W2c0 I3c0 W3c0",
+        "F0c0 F0c1 F1c0 F1c1 F2c0 B0c1 F2c1 B0c0 F3c0 B1c1 F3c1 B1c0 B2c1 B2c0 I3c1 I3c0 W3c1 W3c0",
+    ]
+
+
+@pytest.mark.parametrize("args,message", [
+    (("zbv", 4, 8, 3), r"^zbv needs --chunks 2, got 3: \"ZBV requires exactly 2 stages per rank, but got 3\.\""),
+    (("dualpipev", 4, 8, 1), r"^dualpipev needs --chunks 2, got 1: \"ZBV requires exactly 2 stages per rank"),
+    (("dualpipev", 4, 7, 2), r"^dualpipev needs microbatches >= 2\*pp = 8, got 7: \"DualPipeV requires at least as "
+                             r"many microbatches as stages, but got 7 microbatches and 8 stages\.\"$"),
+    (("interleaved-zb", 4, 9, 2), r"^interleaved-zb refuses microbatches=9 with pp=4: \"Zero bubble requires the "
+                                  r"number of microbatches to be a multiple of the number of rounds \(2\), "
+                                  r"but got 9\.\""),
+])
+def test_new_families_refuse_what_pytorch_refuses(args, message):
+    with pytest.raises(ScheduleConfigError, match=message):
+        build_schedule(*args)
+
+
+def test_interleaved_zb_accepts_pytorchs_flexible_rounds():
+    # M = 10 on pp = 4: two rounds of 5 (Megatron's interleaved refuses it, PyTorch does not)
+    assert validate(build_schedule("interleaved-zb", 4, 10)).num_ops == 4 * 10 * 2 * 3
+    assert validate(build_schedule("zbv", 4, 3)).num_ops == 4 * 3 * 2 * 3  # ZB-V drops the planned microbatches >= M
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["looped-bfs", "interleaved-zb", "zbv", "dualpipev"]), st.integers(1, 8), st.integers(1, 32),
+       st.integers(1, 4), st.booleans())
+def test_every_accepted_multi_stage_schedule_validates(name, pp, m, v, fwd_only):
+    """Accepted: every op once, no deadlock (validate).  Refused: one line quoting PyTorch's reason."""
+    try:
+        sched = build_schedule(name, pp, m, v, forward_only=fwd_only)
+    except ScheduleConfigError as exc:
+        assert re.fullmatch(r'[^\n]*: "[^"\n]+\."[^\n]*', str(exc)), str(exc)
+        return
+    validate(sched)
+    assert sched.placement == ("v" if name in ("zbv", "dualpipev") else "looped")
+    assert sched.splits_backward == (not fwd_only and name != "looped-bfs")

@@ -113,3 +113,30 @@ def test_check_timeline_command_json_contract(tmp_path):
     assert "9 / 10" in text.splitlines()[0]
     proc = run_cli("check-timeline", str(tmp_path / "nope.txt"), "--pp", "4", "-m", "8")
     assert proc.returncode == 2 and "argument FILE: cannot read" in proc.stderr
+
+
+ZB_H1 = timeline_grid(simulate(build_schedule("zb-h1", 4, 8), fwd=1, bwd=2))  # F = I = W = 1 slot
+
+
+def test_zb_h1_drawings_grade_like_the_others(tmp_path):
+    """Split-backward grids once crashed the grader with a KeyError on the first W."""
+    assert "W0" in ZB_H1 and check_timeline(ZB_H1, 4, 8, "zb-h1").score == 10
+    assert "the shortest zb-h1 step is 27 slots" in check_timeline(ZB_H1, 4, 8, "zb-h1").checks[-1].feedback
+    wide = timeline_grid(simulate(build_schedule("zb-h1", 3, 4), fwd=2, bwd=4))  # I = W = 2 slots
+    assert check_timeline(wide, 3, 4, "zb-h1", fwd_slots=2, bwd_slots=2).score == 10
+    # W0 on rank 3 moved into its I0's slot: too early, named as such
+    early = ZB_H1.replace("r3: .  .  .  F0 I0 F1 I1 F2 I2 F3 I3 W0", "r3: .  .  .  F0 I0 F1 I1 F2 I2 F3 W0 I3")
+    report = check_timeline(early, 4, 8, "zb-h1")
+    assert points(report)["dependencies respected"] == 4 and points(report)["schedule order"] == 0
+    late_w = ZB_H1.replace("r0: F0 F1 F2 F3 .  .  .  I0 W0", "r0: F0 F1 F2 F3 .  .  .  W0 I0")
+    assert check_timeline(late_w, 4, 8, "zb-h1").checks[1].feedback == (
+        "this order can never run: rank 0 runs W0 (op 5) before I0 (op 6), but W0 waits for I0: a weight-grad (W) "
+        "needs its input-grad (I) first")
+    # a drawing with full backwards is the same work: B takes I's and W's slots, so 1F1B cannot be shorter
+    one_f_one_b = timeline_grid(simulate(build_schedule("1f1b", 4, 8), fwd=1, bwd=2))
+    report = check_timeline(one_f_one_b, 4, 8, "zb-h1")
+    assert points(report)["shortest makespan"] == 0 and "ends after slot 33" in report.checks[-1].feedback
+    path = tmp_path / "zb.txt"
+    path.write_text(ZB_H1)
+    proc = run_cli("check-timeline", str(path), "--pp", "4", "-m", "8", "--schedule", "zb-h1", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["score"] == 10, proc.stderr

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from pipeline_kit import cli
-from pipeline_kit.schedules import SCHEDULES, Op, Schedule, ScheduleConfigError, build_schedule
+from pipeline_kit.schedules import FAMILIES, SCHEDULES, Op, Schedule, ScheduleConfigError, build_schedule
 from pipeline_kit.sim import CostError, simulate
 
 from headless_chromium import ChromiumUnavailable, chromium_driver
@@ -258,8 +258,9 @@ def cli_args(cfg: dict) -> list[str]:
     """``python -m pipeline_kit simulate`` arguments for one page configuration, built independently."""
     args = ["simulate", "--schedule", cfg["schedule"], "--pp", str(cfg["pp"]),
             "--microbatches", str(cfg["microbatches"])]
-    if cfg["schedule"] == "interleaved":
-        args += ["--chunks", str(cfg["chunks"])]
+    family = FAMILIES[cfg["schedule"]]
+    if family.chunks != "one":  # the page shows the chunks input of every family that takes --chunks
+        args += ["--chunks", str(cfg["chunks"] if cfg["chunks"] is not None else family.default_chunks)]
     args += ["--fwd", "1", "--bwd", str(cfg["bwdRatio"])]
     if cfg["slowRank"] >= 0:
         factors = (str(cfg["slowFactor"]) if r == cfg["slowRank"] else "1" for r in range(cfg["pp"]))
@@ -282,7 +283,8 @@ def page_configs(rng: random.Random, n: int) -> list[dict]:
     for i in range(n):
         name = list(SCHEDULES)[i % len(SCHEDULES)]
         pp = rng.randint(2, 8)
-        configs.append({"schedule": name, "pp": pp, "microbatches": pp * rng.randint(1, 4),
+        least = 2 if name == "dualpipev" else 1  # DualPipe-V refuses M < 2 pp (so does PyTorch)
+        configs.append({"schedule": name, "pp": pp, "microbatches": pp * rng.randint(least, 4),
                         "chunks": rng.choice([2, 3, 4]) if name == "interleaved" else None,
                         "bwdRatio": rng.choice([1, 1.5, 2, 3]), "slowRank": rng.choice([-1, rng.randrange(pp)]),
                         "slowFactor": rng.choice([1.25, 1.5, 2]), "latency": rng.choice([0, 0.25, 0.5])})

@@ -10,7 +10,7 @@ matplotlib = pytest.importorskip("matplotlib")
 
 from matplotlib.colors import to_rgb
 
-from pipeline_kit.schedules import build_schedule
+from pipeline_kit.schedules import SCHEDULES, build_schedule
 from pipeline_kit.sim import simulate
 from pipeline_kit.viz import (
     KIND_COLORS,
@@ -48,7 +48,8 @@ def labels_of(ax):
     return sorted(out)
 
 
-@pytest.mark.parametrize("name,v", [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("zb-h1", None)])
+@pytest.mark.parametrize("name,v", [("gpipe", None), ("1f1b", None), ("interleaved", 2), ("zb-h1", None),
+                                    ("looped-bfs", 2), ("interleaved-zb", 2), ("zbv", None), ("dualpipev", None)])
 def test_one_box_per_op_with_its_kind_colour_and_microbatch_label(name, v):
     tl = sim_timeline(name, 4, 8, v)
     ax = draw_timeline(tl)
@@ -65,7 +66,9 @@ def test_one_box_per_op_with_its_kind_colour_and_microbatch_label(name, v):
         else:
             assert sum(patch.get_facecolor()[:3]) > sum(to_rgb(KIND_COLORS[kind]))
     assert labels_of(ax) == sorted(op.microbatch for ops in sched.ranks for op in ops)
-    assert sorted(t.get_text() for t in ax.get_yticklabels()) == [f"rank {r}" for r in range(4)]
+    expected = [f"rank {r}" + (f"\nstages {', '.join(map(str, sorted(sched.stages_of(r))))}" if sched.chunks > 1
+                               else "") for r in range(4)]
+    assert sorted(t.get_text() for t in ax.get_yticklabels()) == expected
     assert ax.get_xlabel() == "time units"
     assert ax.get_xlim()[1] >= tl.makespan
 
@@ -167,6 +170,12 @@ def test_explorer_render_and_metrics():
     _, metrics = render("interleaved", 4, 6, 2)
     assert "last group would hold 2 < pp=4" in metrics["error"]
     assert "not a valid configuration" in metrics_html(metrics)
+    # every family is in the explorer; the textbook formula only for those without a split backward
+    _, metrics = render("looped-bfs", 4, 8, 2)
+    assert metrics["formula"] == pytest.approx(3 / 19) == pytest.approx(metrics["bubble_fraction"])
+    _, metrics = render("zbv", 4, 8, 3)
+    assert 'zbv needs --chunks 2, got 3: "ZBV requires exactly 2 stages per rank' in metrics["error"]
+    assert render("dualpipev", 4, 8)[1]["formula"] is None
 
 
 def test_explorer_redraws_into_one_figure_exactly_as_a_fresh_one():
@@ -192,6 +201,10 @@ def test_explorer_widget_draws_a_picture_and_redraws_it():
     before = (bytes(image.value), table.value)
     ctl["microbatches"].value = 9
     assert bytes(image.value) != before[0] and "0.2500" in table.value and "0.2727" in before[1]
+    assert list(ctl["schedule"].options) == list(SCHEDULES)
+    ctl["schedule"].value = "zbv"
+    assert not ctl["chunks (v)"].disabled and "0.0588" not in table.value  # M = 9: bubble 3/(6*9+3)
+    assert f"{3 / 57:.4f}" in table.value
 
 
 def test_explorer_slow_stage_is_a_choice_of_rank():
@@ -232,11 +245,11 @@ def run_cli(*args):
 
 def test_draw_command_png_svg_perfetto(tmp_path):
     png, svg, pf = tmp_path / "t.png", tmp_path / "t.svg", tmp_path / "t.json"
-    proc = run_cli("draw", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8", "-o", str(png), "--perfetto",
-                   str(pf), "--phases", "--first-backward")
+    proc = run_cli("draw", "--schedule", "zbv", "--pp", "4", "--microbatches", "8", "-o", str(png), "--perfetto",
+                   str(pf), "--phases", "--first-backward", "--arrows")
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert len([e for e in json.loads(pf.read_text())["traceEvents"] if e["ph"] == "X"]) == 64
+    assert len([e for e in json.loads(pf.read_text())["traceEvents"] if e["ph"] == "X"]) == 4 * 8 * 2 * 3  # F, I, W
     trace = tmp_path / "run.json"
     res = simulate(build_schedule("gpipe", 2, 2), fwd=0.001, bwd=0.002)
     trace.write_text(json.dumps({**res.to_dict(), "waits": []}))
@@ -268,3 +281,11 @@ def test_simulation_from_a_trace_reproduces_it_on_one_time_axis():
 def test_draw_bad_input_one_line(args, message):
     proc = run_cli(*args)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+def test_v_placement_is_labelled_on_the_rows_legend_and_title():
+    ax = draw_timeline(sim_timeline("zbv", 4, 8))
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "rank 0\nstages 0, 7", "rank 1\nstages 1, 6", "rank 2\nstages 2, 5", "rank 3\nstages 3, 4"]
+    assert "lighter: chunk 1 = stage 7-rank (V)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_title() == "zbv, pp=4, M=8, v=2, V placement"

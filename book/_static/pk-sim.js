@@ -1,7 +1,8 @@
 /* pipeline-kit in the browser: the schedule generators, their refusals and the event simulator.
  *
- * A line-by-line port of pipeline_kit/schedules/generators.py (gpipe, one_f_one_b, interleaved,
- * zb_h1, build_schedule and the ScheduleConfigError messages), of the cost resolution the CLI does
+ * A line-by-line port of pipeline_kit/schedules/generators.py and multi_stage.py (gpipe, one_f_one_b,
+ * interleaved, zb_h1, looped_bfs, interleaved_zero_bubble, zbv, dualpipev), of families.py's
+ * build_schedule and the ScheduleConfigError messages, of the cost resolution the CLI does
  * (pipeline_kit/cli.py costs_from_args + pipeline_kit/sim/costs.py) and of the simulator
  * (pipeline_kit/sim/simulator.py driven by the validator's dataflow walk).  It exists so the built
  * book can redraw a timeline without a Python kernel.  It is NOT a second source of truth:
@@ -162,20 +163,24 @@
              " or " + (microbatches - remainder + group));
     }
     var table = interleavedTable(microbatches, chunks, group);
-    var total = table.length;
     var fwd = table.map(function (t) { return op("F", t[0], t[1]); });
     var bwd = table.map(function (t) { return op("B", t[0], chunks - 1 - t[1]); });
     var ranks = [];
-    for (var r = 0; r < pp; r++) {
-      var warmup = interleavedWarmup(pp, r, microbatches, chunks, group);
-      var ops = fwd.slice(0, warmup);
-      for (var k = 0; k < total - warmup; k++) {  // steady state: forward k + warmup, then backward k
-        ops.push(fwd[warmup + k]);
-        ops.push(bwd[k]);
-      }
-      ranks.push(ops.concat(bwd.slice(total - warmup)));
-    }
+    for (var r = 0; r < pp; r++) ranks.push(oneFOneBPhases(fwd, bwd, interleavedWarmup(pp, r, microbatches, chunks, group)));
     return schedule("interleaved", pp, microbatches, chunks, ranks);
+  }
+
+  /* generators.one_f_one_b_phases: warmup forwards, steady (forward k + warmup, backward k), cooldown;
+   * with wgradDelay d the backwards are I's and the W of backward k - d follows I k, the last d at the end. */
+  function oneFOneBPhases(fwd, bwd, warmup, wgradDelay) {
+    var total = bwd.length, ops = fwd.slice(0, warmup), split = wgradDelay !== undefined && wgradDelay !== null;
+    for (var k = 0; k < total; k++) {
+      if (k + warmup < total) ops.push(fwd[k + warmup]);
+      ops.push(bwd[k]);
+      if (split && k >= wgradDelay) ops.push(op("W", bwd[k - wgradDelay].mb, bwd[k - wgradDelay].chunk));
+    }
+    if (split) for (var j = Math.max(0, total - wgradDelay); j < total; j++) ops.push(op("W", bwd[j].mb, bwd[j].chunk));
+    return ops;
   }
 
   function zbH1(pp, microbatches) {
@@ -194,13 +199,139 @@
     return schedule("zb-h1", pp, microbatches, 1, ranks);
   }
 
+  // -- multi_stage.py: the schedules PyTorch ships beyond interleaved 1F1B ---------------------------
+
+  function loopedBfs(pp, microbatches, chunks) {
+    if (chunks === undefined || chunks === null) chunks = 2;
+    checkSizes(pp, microbatches, chunks);
+    var ops = [], c, m;
+    for (c = 0; c < chunks; c++) for (m = 0; m < microbatches; m++) ops.push(op("F", m, c));
+    for (c = chunks - 1; c >= 0; c--) for (m = microbatches - 1; m >= 0; m--) ops.push(op("B", m, c));
+    return schedule("looped-bfs", pp, microbatches, chunks, range(pp, function () { return ops.slice(); }));
+  }
+
+  function torchRoundSize(pp, microbatches, family, torchWords) {
+    var rounds = Math.max(1, Math.floor(microbatches / pp));
+    if (microbatches % rounds) {
+      refuse(family + " refuses microbatches=" + microbatches + " with pp=" + pp + ': "' + torchWords + " requires " +
+             "the number of microbatches to be a multiple of the number of rounds (" + rounds + "), but got " +
+             microbatches + '." (PyTorch splits M into max(1, M // pp) = ' + rounds + " equal rounds)");
+    }
+    return microbatches / rounds;
+  }
+
+  function interleavedZeroBubble(pp, microbatches, chunks) {
+    if (chunks === undefined || chunks === null) chunks = 2;
+    checkSizes(pp, microbatches, chunks);
+    var perRound = torchRoundSize(pp, microbatches, "interleaved-zb", "Zero bubble");
+    var table = interleavedTable(microbatches, chunks, perRound);
+    var fwd = table.map(function (t) { return op("F", t[0], t[1]); });
+    var bwd = table.map(function (t) { return op("I", t[0], chunks - 1 - t[1]); });
+    var ranks = [];
+    for (var r = 0; r < pp; r++) {
+      var warmup = Math.min((chunks - 1) * perRound + pp - 1 - r, microbatches * chunks);
+      ranks.push(oneFOneBPhases(fwd, bwd, warmup, r));
+    }
+    return schedule("interleaved-zb", pp, microbatches, chunks, ranks);
+  }
+
+  function refuseChunks(family, chunks) {
+    if (chunks !== 2) {
+      refuse(family + " needs --chunks 2, got " + chunks + ': "ZBV requires exactly 2 stages per rank, but got ' +
+             chunks + '." (PyTorch\'s V schedules put stages r and 2pp-1-r on rank r)');
+    }
+  }
+
+  function zbvRank(pp, r, planned) {
+    var ops = [], f = [0, 0], b = [0, 0], i;
+    function forward(c) { ops.push(op("F", f[c], c)); f[c] += 1; }
+    function backward(c, withWgrad) {
+      ops.push(op("I", b[c], c));
+      if (withWgrad) ops.push(op("W", b[c], c));
+      b[c] += 1;
+    }
+    for (i = 0; i < 2 * (pp - r) - 1; i++) forward(0);  // warmup: chunk-0 forwards ...
+    for (i = 0; i < r; i++) { forward(1); forward(0); }  // ... chunk 1 starts while chunk 0 goes on ...
+    for (i = 0; i < pp - r; i++) { forward(1); backward(1, true); }  // ... and chunk 1's first backwards
+    while (f[1] < f[0] || f[0] < planned) {  // steady: (F) I W on chunk 0, then F I W on chunk 1
+      if (f[0] < planned) forward(0);
+      backward(0, true);
+      forward(1);
+      backward(1, true);
+    }
+    var w = b.slice(), m;
+    for (i = 0; i < r; i++) { backward(0, false); backward(1, false); }  // cooldown: input-grads first
+    for (i = 0; i < pp - r; i++) { backward(0, false); ops.push(op("W", w[0], 0)); w[0] += 1; }
+    for (m = w[1]; m < b[1]; m++) ops.push(op("W", m, 1));
+    for (m = w[0]; m < b[0]; m++) ops.push(op("W", m, 0));
+    return ops;
+  }
+
+  function zbv(pp, microbatches, chunks) {
+    if (chunks === undefined || chunks === null) chunks = 2;
+    checkSizes(pp, microbatches, chunks);
+    refuseChunks("zbv", chunks);
+    var planned = Math.max(2 * pp - 1, microbatches);
+    var ranks = range(pp, function (r) {
+      return zbvRank(pp, r, planned).filter(function (o) { return o.mb < microbatches; });
+    });
+    return schedule("zbv", pp, microbatches, 2, ranks, "v");
+  }
+
+  function dualpipevRank(pp, r, microbatches) {
+    var ops = [], f = [0, 0], b = [0, 0], wgrads = [], i;
+    function forward(c) { ops.push(op("F", f[c], c)); f[c] += 1; }
+    function backward(c, split) {
+      ops.push(op(split ? "I" : "B", b[c], c));
+      if (split) wgrads.push(op("W", b[c], c));
+      b[c] += 1;
+    }
+    function pendingWgrad() { if (wgrads.length) ops.push(wgrads.shift()); }
+    for (i = 0; i < 2 * (pp - r - 1); i++) forward(0);  // 1: chunk-0 forwards
+    for (i = 0; i < r + 1; i++) { forward(0); forward(1); }  // 2: F0 F1
+    for (i = 0; i < pp - r - 1; i++) { backward(1, true); pendingWgrad(); forward(1); }  // 3: I1 W F1
+    for (i = 0; i < microbatches - 2 * pp + r + 1; i++) {  // 4: the overlapped pairs F0+B1, F1+B0
+      forward(0); backward(1); forward(1); backward(0);
+    }
+    for (i = 0; i < pp - r - 1; i++) { backward(1); forward(1); backward(0); }  // 5: B1, F1+B0
+    var split = false;
+    for (i = 0; i < r + 1; i++) {  // 6: B1 B0, from the middle on split into I (W later)
+      if (i === Math.floor((r + 1) / 2) && r % 2 === 1) split = true;
+      backward(1, split);
+      if (i === Math.floor((r + 1) / 2) && r % 2 === 0) split = true;
+      backward(0, split);
+    }
+    for (i = 0; i < pp - r - 1; i++) { pendingWgrad(); backward(0, split); }  // 7: W, B0
+    for (i = 0; i < r + 1; i++) pendingWgrad();  // 8: the remaining weight-grads
+    return ops;
+  }
+
+  function dualpipev(pp, microbatches, chunks) {
+    if (chunks === undefined || chunks === null) chunks = 2;
+    checkSizes(pp, microbatches, chunks);
+    refuseChunks("dualpipev", chunks);
+    if (microbatches < 2 * pp) {
+      refuse("dualpipev needs microbatches >= 2*pp = " + 2 * pp + ", got " + microbatches + ': "DualPipeV requires at ' +
+             "least as many microbatches as stages, but got " + microbatches + " microbatches and " + 2 * pp +
+             ' stages."');
+    }
+    return schedule("dualpipev", pp, microbatches, 2, range(pp, function (r) { return dualpipevRank(pp, r, microbatches); }),
+                    "v");
+  }
+
   /* The registry, in the order of pipeline_kit.schedules.SCHEDULES (its error messages list them). */
   var FAMILIES = {
     "gpipe": { build: gpipe, takesChunks: false, defaultChunks: 1, label: "GPipe (all F, all B)" },
     "1f1b": { build: oneFOneB, takesChunks: false, defaultChunks: 1, label: "1F1B (Megatron)" },
     "interleaved": { build: interleaved, takesChunks: true, defaultChunks: 2, label: "interleaved 1F1B (virtual stages)" },
     "zb-h1": { build: zbH1, takesChunks: false, defaultChunks: 1, label: "ZB-H1 (zero bubble, split backward)" },
+    "looped-bfs": { build: loopedBfs, takesChunks: true, defaultChunks: 2, label: "looped BFS (PyTorch, breadth first)" },
+    "interleaved-zb": { build: interleavedZeroBubble, takesChunks: true, defaultChunks: 2,
+                        label: "interleaved zero bubble (PyTorch ZB1P)" },
+    "zbv": { build: zbv, takesChunks: true, defaultChunks: 2, label: "ZB-V (V placement, split backward; v = 2)" },
+    "dualpipev": { build: dualpipev, takesChunks: true, defaultChunks: 2, label: "DualPipe-V (V placement; v = 2)" },
   };
+  var CHUNKED = Object.keys(FAMILIES).filter(function (name) { return FAMILIES[name].takesChunks; });
 
   /* build_schedule: the command-line name, its arguments, and its refusals. */
   function buildSchedule(name, pp, microbatches, chunks, group) {
@@ -208,14 +339,16 @@
       refuse("unknown schedule '" + name + "'; choose one of " + Object.keys(FAMILIES).join(", "));
     }
     var fam = FAMILIES[name];
-    if (fam.takesChunks) return fam.build(pp, microbatches, chunks, group);
-    if (chunks !== undefined && chunks !== null && chunks !== 1) {
-      refuse("--chunks " + chunks + " only applies to the interleaved schedule; " + name + " has one chunk per rank");
-    }
-    if (group !== undefined && group !== null) {
+    if (group !== undefined && group !== null && name !== "interleaved") {
       refuse("a microbatch group size only applies to the interleaved schedule, not " + name);
     }
-    return fam.build(pp, microbatches);
+    if (!fam.takesChunks) {
+      if (chunks !== undefined && chunks !== null && chunks !== 1) {
+        refuse("--chunks " + chunks + " only applies to " + CHUNKED.join(", ") + "; " + name + " has one chunk per rank");
+      }
+      return fam.build(pp, microbatches);
+    }
+    return fam.build(pp, microbatches, chunks, group);
   }
 
   // -- costs: the CLI's --fwd 1 --bwd RATIO --stage-costs a,b,... --p2p-latency L ------------------
@@ -369,7 +502,8 @@
     FAMILIES: FAMILIES, ScheduleConfigError: ScheduleConfigError, CostError: CostError,
     op: op, opText: opText, schedule: schedule, refuse: refuse, checkSizes: checkSizes, fromDict: fromDict,
     virtualStage: virtualStage, stageOwner: stageOwner,
-    gpipe: gpipe, oneFOneB: oneFOneB, interleaved: interleaved, zbH1: zbH1,
+    gpipe: gpipe, oneFOneB: oneFOneB, interleaved: interleaved, zbH1: zbH1, loopedBfs: loopedBfs,
+    interleavedZeroBubble: interleavedZeroBubble, zbv: zbv, dualpipev: dualpipev, oneFOneBPhases: oneFOneBPhases,
     interleavedTable: interleavedTable, interleavedWarmup: interleavedWarmup,
     buildSchedule: buildSchedule, resolveCosts: resolveCosts, simulate: simulate, run: run, pyRepr: pyRepr,
   };

@@ -7,7 +7,9 @@ The drawing is a text grid, one row per rank, one op per time slot, ``.`` for an
 
 By default a forward and a backward each take one slot (``--fwd-slots`` / ``--bwd-slots`` change
 that; an op longer than one slot is written once and continued with ``-``), and an op may take the
-slot right after the op it depends on (P2P is free).  The grader checks that every op appears
+slot right after the op it depends on (P2P is free).  In a split-backward (zb-h1) drawing each half
+of a backward, ``I`` and ``W``, takes ``bwd_slots`` -- F = I = W by default, as the zero-bubble
+paper draws it -- and a full ``B`` there takes both halves' slots.  The grader checks that every op appears
 exactly once, that no op starts before what it depends on has finished, that each rank runs the
 ops in the named schedule's order, and whether the drawing reaches the schedule's shortest
 makespan.  Feedback names the first violation: rank, slot, op and the op it waited for.
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import re
 
-from ..schedules import Op, OpParseError, Schedule, ScheduleError, build_schedule
+from ..inputs import InputError, check_text_size
+from ..limits import MAX_OPS, MAX_RANKS, LimitError, check_schedule_size, ops_per_microbatch_stage
+from ..schedules import Op, OpParseError, Schedule, ScheduleConfigError, ScheduleError, build_schedule
 from ..schedules.validate import check_ops, dataflow
 from ..sim import simulate
 from .report import Report
@@ -29,31 +33,49 @@ class GridError(ValueError):
     """The drawing cannot be read; the message gives the row and column."""
 
 
-def parse_grid(text: str, fwd_slots: int = 1, bwd_slots: int = 1) -> dict[int, list[tuple[int, Op]]]:
-    """``{rank: [(start slot, op), ...]}`` from the text grid (columns count from 1 in errors)."""
+def parse_grid(text: str, fwd_slots: int = 1, bwd_slots: int = 1,
+               split_backward: bool = False) -> dict[int, list[tuple[int, Op]]]:
+    """``{rank: [(start slot, op), ...]}`` from the text grid (columns count from 1 in errors).
+
+    ``split_backward``: the drawing is graded against a zero-bubble schedule (see :func:`slot_table`).
+    """
+    slots = slot_table(fwd_slots, bwd_slots, split_backward)
+    try:
+        check_text_size(text, "the drawing")
+    except (InputError, LimitError) as exc:
+        raise GridError(str(exc)) from None
     rows: dict[int, list[tuple[int, Op]]] = {}
+    count = 0
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        match = re.match(r"^r(?:ank\s*)?(\d+)\s*:(.*)$", line)
+        match = _ROW_RE.match(line)
         if not match:
-            raise GridError(f"row {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 . B0'), got {raw.strip()!r}")
+            shown = repr(line) if len(line) <= 60 else repr(line[:56]) + "..."
+            raise GridError(f"row {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 . B0'), got {shown}")
+        if len(match.group(1)) > 6 or int(match.group(1)) >= MAX_RANKS:
+            raise GridError(f"row {lineno}: rank r{match.group(1)[:12]} is beyond the limit of {MAX_RANKS:,} ranks "
+                            f"(MAX_RANKS)")
         rank = int(match.group(1))
         if rank in rows:
             raise GridError(f"row {lineno}: rank r{rank} is drawn twice")
-        cells, ops, pending, last = match.group(2).split(), [], 0, None
-        for col, token in enumerate(cells, start=1):
+        ops, pending, last = [], 0, None
+        for col, cell in enumerate(_CELL_RE.finditer(line, match.end()), start=1):
+            token = cell.group()
+            count += 1
+            if count > MAX_OPS:
+                raise GridError(f"row {lineno}: the drawing has more than the limit of {MAX_OPS:,} cells (MAX_OPS)")
             if token == "-":
                 if pending == 0:
                     raise GridError(f"row {lineno} (r{rank}), column {col}: '-' continues an op, but no op here is "
-                                    f"that long (F takes {fwd_slots} slot(s), B {bwd_slots})")
+                                    f"that long (" + ", ".join(f"{k} takes {n}" for k, n in slots.items()
+                                                               if split_backward or k in "FB") + " slot(s))")
                 pending -= 1
                 continue
             if pending:
-                slots = _slots(last, fwd_slots, bwd_slots)
-                raise GridError(f"row {lineno} (r{rank}), column {col}: {last} takes {slots} slots; write it followed "
-                                f"by {slots - 1} '-'")
+                raise GridError(f"row {lineno} (r{rank}), column {col}: {last} takes {slots[last[0]]} "
+                                f"slots; write it followed by {slots[last[0]] - 1} '-'")
             if token == ".":
                 continue
             try:
@@ -61,26 +83,42 @@ def parse_grid(text: str, fwd_slots: int = 1, bwd_slots: int = 1) -> dict[int, l
             except OpParseError as exc:
                 raise GridError(f"row {lineno} (r{rank}), column {col}: {exc}") from None
             ops.append((col - 1, op))
-            last, pending = token, _slots(token, fwd_slots, bwd_slots) - 1
+            last, pending = token, slots[op.kind] - 1
         if pending:
             raise GridError(f"row {lineno} (r{rank}): the row ends inside {last}, which takes "
-                            f"{_slots(last, fwd_slots, bwd_slots)} slots")
+                            f"{slots[last[0]]} slots")
         rows[rank] = ops
     if not rows:
         raise GridError("no rows found: draw one row per rank, like 'r0: F0 F1 . B0 B1'")
     return rows
 
 
-def _slots(token: str, fwd_slots: int, bwd_slots: int) -> int:
-    return fwd_slots if token.startswith("F") else bwd_slots
+_ROW_RE = re.compile(r"^r(?:ank\s*)?(\d+)\s*:")
+_CELL_RE = re.compile(r"\S+")
+
+
+def slot_table(fwd_slots: int, bwd_slots: int, split_backward: bool = False) -> dict[str, int]:
+    """Slots each kind of op takes: F ``fwd_slots``, B ``bwd_slots``; against a split-backward schedule
+    each half I and W takes ``bwd_slots`` and a full B both halves' worth, so every drawing does the
+    same work."""
+    return {"F": fwd_slots, "B": 2 * bwd_slots if split_backward else bwd_slots, "I": bwd_slots, "W": bwd_slots}
 
 
 def check_timeline(text: str, pp: int, microbatches: int, schedule: str = "1f1b", fwd_slots: int = 1,
                    bwd_slots: int = 1, name: str = "timeline") -> Report:
-    """Grade a drawing against ``schedule`` on ``pp`` ranks and ``microbatches`` microbatches."""
-    report = Report(name)
+    """Grade a drawing against ``schedule`` on ``pp`` ranks and ``microbatches`` microbatches.
+
+    Raises :class:`ScheduleConfigError` for sizes beyond :mod:`pipeline_kit.limits`, before reading the grid.
+    """
     try:
-        rows = parse_grid(text, fwd_slots, bwd_slots)
+        check_schedule_size(pp, microbatches, 1, ops_per_microbatch_stage(schedule))
+    except LimitError as exc:
+        raise ScheduleConfigError(str(exc)) from None
+    report = Report(name)
+    reference = build_schedule(schedule, pp, microbatches)
+    slots = slot_table(fwd_slots, bwd_slots, reference.splits_backward)
+    try:
+        rows = parse_grid(text, fwd_slots, bwd_slots, reference.splits_backward)
         missing = [r for r in range(pp) if r not in rows]
         extra = [r for r in rows if r >= pp]
         if missing or extra:
@@ -103,19 +141,19 @@ def check_timeline(text: str, pp: int, microbatches: int, schedule: str = "1f1b"
         report.add("every op exactly once", RUBRIC["every op exactly once"], False, str(exc))
         complete = False
 
-    timing = (_first_timing_violation(drawn, start, fwd_slots, bwd_slots) if complete
+    timing = (_first_timing_violation(drawn, start, slots) if complete
               else "not assessed until every op is drawn exactly once")
     report.add("dependencies respected", RUBRIC["dependencies respected"], timing is None,
                timing or "no op starts before what it depends on has finished")
 
-    reference = build_schedule(schedule, pp, microbatches)
     order = _first_order_difference(drawn, reference)
     report.add("schedule order", RUBRIC["schedule order"], order is None,
                order or f"every rank runs the {schedule} order")
 
-    best = simulate(reference, fwd=fwd_slots, bwd=bwd_slots).makespan
+    best = simulate(reference, fwd=slots["F"], bwd=slots["I"] + slots["W"] if reference.splits_backward else slots["B"],
+                    wgrad=slots["W"]).makespan
     if complete and timing is None:
-        end = max(slot + _slots(op.kind, fwd_slots, bwd_slots) for (r, op), slot in start.items())
+        end = max(slot + slots[op.kind] for (r, op), slot in start.items())
         report.add("shortest makespan", RUBRIC["shortest makespan"], end <= best,
                    f"the drawing ends after slot {end}; the shortest {schedule} step is {best:g} slots"
                    + ("" if end <= best else f": {end - best:g} slot(s) of avoidable idle — start each op as "
@@ -127,14 +165,14 @@ def check_timeline(text: str, pp: int, microbatches: int, schedule: str = "1f1b"
     return report
 
 
-def _first_timing_violation(drawn: Schedule, start: dict, fwd_slots: int, bwd_slots: int) -> str | None:
+def _first_timing_violation(drawn: Schedule, start: dict, slots: dict[str, int]) -> str | None:
     """The first op (by slot) that starts before one of its inputs has finished, as a sentence."""
     problems = []
     try:
         for r, op, _, deps in dataflow(drawn):
             for dep in deps:
                 src_rank, src = dep.rank, dep.op
-                ends = start[(src_rank, src)] + _slots(src.kind, fwd_slots, bwd_slots)
+                ends = start[(src_rank, src)] + slots[src.kind]
                 if start[(r, op)] < ends:
                     if op.kind == "W":
                         what = f"its input-grad {src.text()} first"
@@ -148,6 +186,8 @@ def _first_timing_violation(drawn: Schedule, start: dict, fwd_slots: int, bwd_sl
                                f"which finishes in slot {ends}; the earliest slot for it is {ends + 1}")
                     problems.append((start[(r, op)], r, message))
     except ScheduleError as exc:
+        if exc.kind == "order":  # one rank stuck on its own list, not a circular wait between ranks
+            return f"this order can never run: {exc}"
         return f"these ranks wait on each other and never finish: {exc}"
     return min(problems)[2] if problems else None
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..argtypes import UsageError, non_negative_float, positive_float, positive_int
+from ..argtypes import UsageError, int_at_most, non_negative_float, positive_float
+from ..limits import LimitError
+from ..schedules import ScheduleConfigError
 from .balance import balance, item_times_from_flops, plan_for
 from .costs import PRESETS, ModelSpec, boundary_bytes, format_table, load_model_spec, stage_costs
 from .measure import TraceError, format_services, item_times_from_trace, load_trace, predict_from_trace, service_times
@@ -13,6 +15,10 @@ from .spec import LayoutError, even_layout, parse_layout, uneven_layout
 from .speedup import decompose_speedup, format_factors
 
 PRESET_HELP = "; ".join(f"{name}: {text}" for name, (_, text) in PRESETS.items())
+RANKS = int_at_most("MAX_RANKS", "ranks")
+CHUNKS = int_at_most("MAX_CHUNKS", "chunks per rank")
+MICROBATCHES = int_at_most("MAX_MICROBATCHES", "microbatches")
+LAYERS = int_at_most("MAX_LAYERS", "layers")
 
 
 def _config(name: str | None, layers: int | None = None) -> ModelSpec:
@@ -28,17 +34,17 @@ def _config(name: str | None, layers: int | None = None) -> ModelSpec:
 def add_layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("layout", nargs="?", metavar="LAYOUT",
                    help="e.g. 'Et*2|t*2|t*2|t*2L'; leave it out for Megatron's even (or --first/--last) split")
-    p.add_argument("--pp", type=positive_int, required=True, help="pipeline-parallel size: stage k -> rank k %% pp")
+    p.add_argument("--pp", type=RANKS, required=True, help="pipeline-parallel size: stage k -> rank k %% pp")
     p.add_argument("--config", metavar="FILE_OR_PRESET", help=f"model (JSON file or preset). {PRESET_HELP}")
-    p.add_argument("--chunks", type=positive_int, default=1, help="virtual stages per rank for a generated split")
-    p.add_argument("--first-stage-layers", type=positive_int, help="decoder layers on the first stage (uneven split)")
-    p.add_argument("--last-stage-layers", type=positive_int, help="decoder layers on the last stage (uneven split)")
-    p.add_argument("--microbatches", type=positive_int, default=16, help="for the P2P volume per step (default 16)")
+    p.add_argument("--chunks", type=CHUNKS, default=1, help="virtual stages per rank for a generated split")
+    p.add_argument("--first-stage-layers", type=LAYERS, help="decoder layers on the first stage (uneven split)")
+    p.add_argument("--last-stage-layers", type=LAYERS, help="decoder layers on the last stage (uneven split)")
+    p.add_argument("--microbatches", type=MICROBATCHES, default=16, help="for the P2P volume per step (default 16)")
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
     try:
-        if args.layout:
+        if args.layout is not None:  # an empty LAYOUT is an error, not the even split
             layout = parse_layout(args.layout)
             spec = _config(args.config, layout.num_layers)
             layout.check(args.pp, spec.layers)
@@ -61,9 +67,9 @@ def cmd_layout(args: argparse.Namespace) -> int:
 def add_balance_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE_OR_PRESET", required=True,
                    help=f"model (JSON file or preset). {PRESET_HELP}")
-    p.add_argument("--pp", type=positive_int, required=True)
-    p.add_argument("--chunks", type=positive_int, default=1, help="virtual stages per rank (default 1)")
-    p.add_argument("--microbatches", type=positive_int, default=None, help="microbatches per step (default 2 * pp)")
+    p.add_argument("--pp", type=RANKS, required=True)
+    p.add_argument("--chunks", type=CHUNKS, default=1, help="virtual stages per rank (default 1)")
+    p.add_argument("--microbatches", type=MICROBATCHES, default=None, help="microbatches per step (default 2 * pp)")
     p.add_argument("--trace", metavar="FILE", help="per-layer times from a pipeline_kit.run trace instead of FLOPs")
     p.add_argument("--tflops", type=positive_float, default=100.0,
                    help="achieved TFLOP/s per device for the FLOPs model (default 100)")
@@ -75,18 +81,23 @@ def cmd_balance(args: argparse.Namespace) -> int:
     if args.trace:
         try:
             trace = load_trace(args.trace)
-            run_layout = parse_layout(trace.get("layout") or str(even_layout(trace["layers"], trace["pp"])))
+            if trace["layout"] is None and trace["layers"] is None:
+                raise TraceError("the trace has neither a 'layout' nor a 'layers' field, so its stages are unknown")
+            run_layout = parse_layout(trace["layout"] or str(even_layout(trace["layers"], trace["pp"])))
             services = service_times(trace)
             items = item_times_from_trace(services, run_layout)
-        except (TraceError, LayoutError, KeyError) as exc:
+            prediction = predict_from_trace(trace)
+        except (TraceError, LayoutError) as exc:
             raise UsageError(f"argument --trace: {exc}") from None
         if items.layers != spec.layers:
             raise UsageError(f"argument --trace: the traced run had {items.layers} layers but --config has "
                              f"{spec.layers}")
         print(f"measured service times per stage (trace of {trace['schedule']}, layout {run_layout}):")
         print(format_services(services))
-        print(f"simulated from these times: {predict_from_trace(trace) * 1e3:.1f} ms; measured makespan "
+        print(f"simulated from these times: {prediction * 1e3:.1f} ms; measured makespan "
               f"{trace['makespan'] * 1e3:.1f} ms")
+        if not any(items.fwd + items.bwd):
+            raise UsageError("argument --trace: every op in the trace takes no time, so there is nothing to balance")
         items = items.scaled(1e3)
         source = "measured per-layer times"
     else:
@@ -94,7 +105,7 @@ def cmd_balance(args: argparse.Namespace) -> int:
         source = f"FLOPs at {args.tflops:g} TFLOP/s"
     try:
         result = balance(items, args.pp, args.chunks, args.microbatches, args.p2p_latency * 1e3)
-    except LayoutError as exc:
+    except (LayoutError, ScheduleConfigError) as exc:
         raise UsageError(str(exc)) from None
     microbatches = args.microbatches or 2 * args.pp
     print(f"balancing {spec.layers} layers over pp={args.pp} x {args.chunks} chunk(s), {microbatches} microbatches, "
@@ -106,8 +117,8 @@ def cmd_balance(args: argparse.Namespace) -> int:
 def add_speedup_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE_OR_PRESET", default="seed-pp8", help="model (default seed-pp8)")
     p.add_argument("--layout", help="layout (default: the even split)")
-    p.add_argument("--pp", type=positive_int, default=8)
-    p.add_argument("--microbatches", type=positive_int, default=16)
+    p.add_argument("--pp", type=RANKS, default=8)
+    p.add_argument("--microbatches", type=MICROBATCHES, default=16)
     p.add_argument("--measured", type=positive_float, help="the measured speedup over one device (e.g. 2.59)")
     p.add_argument("--tflops", type=positive_float, default=100.0, help="achieved TFLOP/s per device (default 100)")
     p.add_argument("--p2p-latency-us", type=non_negative_float, default=0.0, help="fixed cost per transfer, us")
@@ -118,13 +129,16 @@ def add_speedup_args(p: argparse.ArgumentParser) -> None:
 def cmd_speedup(args: argparse.Namespace) -> int:
     spec = _config(args.config)
     try:
-        layout = parse_layout(args.layout) if args.layout else even_layout(spec.layers, args.pp)
+        layout = parse_layout(args.layout) if args.layout is not None else even_layout(spec.layers, args.pp)
         layout.check(args.pp, spec.layers)
     except LayoutError as exc:
         raise UsageError(f"argument --layout: {exc}") from None
     if layout.num_stages != args.pp:
         raise UsageError("argument --layout: the decomposition is for one chunk per rank (pp stages)")
-    plan = plan_for(layout, item_times_from_flops(spec, args.tflops), args.pp, args.microbatches)
+    try:
+        plan = plan_for(layout, item_times_from_flops(spec, args.tflops), args.pp, args.microbatches)
+    except (ScheduleConfigError, LimitError) as exc:
+        raise UsageError(f"argument --microbatches: {exc}") from None
     latency = args.p2p_latency_us * 1e-6 + (boundary_bytes(spec) / (args.p2p_gbps * 1e9) if args.p2p_gbps else 0.0)
     rows = decompose_speedup(args.pp, args.microbatches, plan.stage_fwd, plan.stage_bwd, latency, args.measured)
     print(f"speedup of pp={args.pp}, M={args.microbatches} over one device, layout {layout}, {args.tflops:g} TFLOP/s, "

@@ -20,10 +20,11 @@ Per item, for hidden ``h``, FFN width ``f h``, sequence ``s``, vocabulary ``V``,
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
+from ..inputs import Field, InputError, boolean, check_object, integer, read_json
+from ..limits import LimitError
 from .spec import Layout, LayoutError, StageSpec
 
 
@@ -61,27 +62,31 @@ PRESETS: dict[str, tuple[ModelSpec, str]] = {
 }
 
 
+# A --config file, one line a field; a field left out keeps ModelSpec's default.
+MODEL_JSON = {
+    "vocab": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.vocab),
+    "seq_len": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.seq_len),
+    "hidden": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.hidden),
+    "heads": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.heads),
+    "layers": Field(integer(1, "MAX_LAYERS"), default=ModelSpec.layers),
+    "ffn_mult": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.ffn_mult),
+    "tie_embeddings": Field(boolean, default=ModelSpec.tie_embeddings),
+    "micro_batch_size": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.micro_batch_size),
+    "dtype_bytes": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.dtype_bytes),
+    "seed": Field(integer(0, "MAX_SEED"), default=ModelSpec.seed),
+}
+
+
 def load_model_spec(name_or_file: str) -> ModelSpec:
-    """A preset name (see :data:`PRESETS`) or a JSON file with :class:`ModelSpec` fields."""
+    """A preset name (see :data:`PRESETS`) or a JSON file checked against :data:`MODEL_JSON`."""
     if name_or_file in PRESETS:
         return PRESETS[name_or_file][0]
     if not os.path.exists(name_or_file):
         raise LayoutError(f"--config {name_or_file!r} is neither a preset ({', '.join(PRESETS)}) nor a file")
     try:
-        with open(name_or_file, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise LayoutError(f"--config {name_or_file}: cannot read it as JSON ({exc})") from None
-    known = {f.name for f in fields(ModelSpec)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise LayoutError(f"--config {name_or_file}: unknown field(s) {unknown}; fields are {sorted(known)}")
-    spec = ModelSpec(**data)
-    for f in fields(ModelSpec):
-        value = getattr(spec, f.name)
-        if f.name not in ("tie_embeddings", "seed") and (not isinstance(value, int) or value < 1):
-            raise LayoutError(f"--config {name_or_file}: {f.name} must be a positive integer, got {value!r}")
-    return spec
+        return ModelSpec(**check_object(read_json(name_or_file, "--config"), MODEL_JSON, f"--config {name_or_file}"))
+    except (InputError, LimitError) as exc:
+        raise LayoutError(str(exc)) from None
 
 
 # -- per item ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..schedules import build_schedule
+from ..schedules import ScheduleConfigError, build_schedule
 from ..sim import simulate
 from ..trace import StageService, TraceError, load_trace, service_times, stage_fwd_bwd
 from .balance import ItemTimes
@@ -28,7 +28,10 @@ def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0):
     fwd, bwd, wgrad = ([t * scale for t in xs] for xs in stage_fwd_bwd(services, stat))
     chunks = trace["chunks"]
     name = trace["schedule"].replace("-forward-only", "")
-    sched = build_schedule(name, trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
+    try:
+        sched = build_schedule(name, trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
+    except ScheduleConfigError as exc:
+        raise TraceError(f"the trace's schedule cannot be rebuilt: {exc}") from None
     return simulate(sched, fwd=fwd, bwd=bwd, wgrad=wgrad, p2p_latency=trace.get("p2p_latency", 0.0) * scale)
 
 

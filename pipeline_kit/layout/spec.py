@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..limits import MAX_LAYERS, MAX_LAYOUT_NESTING, MAX_LAYOUT_SYMBOLS, MAX_REPEAT
 from ..schedules.ops import stage_owner
 
 SYMBOLS = {"E": "embedding", "t": "decoder layer", "L": "loss / output layer"}
@@ -70,23 +71,43 @@ class Layout:
 
 
 def _expand(text: str) -> list[tuple[str, int]]:
-    """Expand repeats: ``[(symbol, 1-based position in text), ...]`` with ``|`` kept as a symbol."""
+    """Expand repeats: ``[(symbol, 1-based position in text), ...]`` with ``|`` kept as a symbol.
+
+    The size is checked before each repeat is expanded (``MAX_REPEAT``, ``MAX_LAYOUT_SYMBOLS``), and
+    so is the nesting (``MAX_LAYOUT_NESTING``), so no layout string can exhaust memory or the stack.
+    """
     pos = 0
+    total = 0  # symbols expanded so far, everywhere
 
     def number(at: int) -> int:
         nonlocal pos
         start = pos
-        while pos < len(text) and text[pos].isdigit():
+        while pos < len(text) and "0" <= text[pos] <= "9":
             pos += 1
         if start == pos:
             raise LayoutError(f"position {at}: '*' must be followed by a repeat count, e.g. t*4")
-        value = int(text[start:pos])
+        digits = text[start:pos]
+        if len(digits) > len(str(MAX_REPEAT)) or int(digits) > MAX_REPEAT:
+            shown = digits if len(digits) <= 20 else digits[:17] + "..."
+            raise LayoutError(f"position {start + 1}: repeat count {shown} is more than the limit of {MAX_REPEAT:,} "
+                              f"(MAX_REPEAT)")
+        value = int(digits)
         if value < 1:
             raise LayoutError(f"position {start + 1}: a repeat count must be at least 1, got {value}")
         return value
 
-    def sequence(opened_at: int | None) -> list[tuple[str, int]]:
+    def grow(by: int, at: int) -> None:
+        nonlocal total
+        total += by
+        if total > MAX_LAYOUT_SYMBOLS:
+            raise LayoutError(f"position {at}: the layout expands to more than the limit of {MAX_LAYOUT_SYMBOLS:,} "
+                              f"symbols (MAX_LAYOUT_SYMBOLS)")
+
+    def sequence(opened_at: int | None, depth: int = 0) -> list[tuple[str, int]]:
         nonlocal pos
+        if depth > MAX_LAYOUT_NESTING:
+            raise LayoutError(f"position {opened_at}: parentheses nested deeper than the limit of {MAX_LAYOUT_NESTING} "
+                              f"(MAX_LAYOUT_NESTING)")
         out: list[tuple[str, int]] = []
         while pos < len(text):
             ch = text[pos]
@@ -100,12 +121,13 @@ def _expand(text: str) -> list[tuple[str, int]]:
             at = pos + 1
             if ch == "(":
                 pos += 1
-                group = sequence(opened_at=at)
+                group = sequence(opened_at=at, depth=depth + 1)
                 pos += 1  # the ')'
                 item = group
             elif ch in SYMBOLS or ch == "|":
                 pos += 1
                 item = [(ch, at)]
+                grow(1, at)
             elif ch == "*":
                 raise LayoutError(f"position {at}: '*' must follow an item (E, t, L or a group in parentheses)")
             else:
@@ -115,7 +137,9 @@ def _expand(text: str) -> list[tuple[str, int]]:
             if pos < len(text) and text[pos] == "*":
                 star = pos + 1
                 pos += 1
-                item = item * number(star)
+                times = number(star)
+                grow(len(item) * (times - 1), star)  # the item itself is already counted
+                item = item * times
             out.extend(item)
         if opened_at is not None:
             raise LayoutError(f"position {opened_at}: '(' is never closed")
@@ -137,11 +161,17 @@ def parse_layout(text: str, pp: int | None = None, layers: int | None = None) ->
             bars.append(at)
         else:
             stage_items[-1].append((sym, at))
+    decoder_layers = sum(sym == "t" for sym, _ in symbols)
+    if decoder_layers > MAX_LAYERS:
+        raise LayoutError(f"the layout has {decoder_layers:,} decoder layers, more than the limit of {MAX_LAYERS:,} "
+                          f"(MAX_LAYERS)")
     last = len(stage_items) - 1
     stages, next_layer = [], 0
     seen_e = seen_l = None
     for k, items in enumerate(stage_items):
         if not items:
+            if not bars:  # e.g. "()": nothing at all
+                raise LayoutError("the layout holds no E, t or L; write stages like 'Et*2|t*2|t*2L'")
             where = (f"before the '|' at position {bars[0]}" if k == 0 else
                      f"after the '|' at position {bars[k - 1]}")
             raise LayoutError(f"stage {k} ({where}) is empty; every stage needs an E, a t or an L")
@@ -176,6 +206,8 @@ def parse_layout(text: str, pp: int | None = None, layers: int | None = None) ->
 
 def even_layout(layers: int, stages: int) -> Layout:
     """Megatron's default: the same number of decoder layers on every stage (it must divide)."""
+    if layers > MAX_LAYERS:
+        raise LayoutError(f"{layers:,} decoder layers are more than the limit of {MAX_LAYERS:,} (MAX_LAYERS)")
     if stages < 1 or layers % stages:
         raise LayoutError(f"an even split needs the layer count ({layers}) to be a multiple of the stage count "
                           f"({stages})")

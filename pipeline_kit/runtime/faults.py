@@ -30,7 +30,7 @@ class Fault:
 
     @classmethod
     def parse(cls, text: str) -> Fault:
-        match = re.fullmatch(r"([a-z-]+):rank=(\d+),mb=(\d+)", text.strip())
+        match = re.fullmatch(r"([a-z-]+):rank=(\d{1,9}),mb=(\d{1,9})", text.strip())
         if not match or match.group(1) not in KINDS:
             raise FaultSpecError(f"expected FAULT as skip-send:rank=R,mb=K or crash:rank=R,mb=K, got {text!r}")
         return cls(match.group(1), int(match.group(2)), int(match.group(3)))

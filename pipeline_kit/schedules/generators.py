@@ -9,19 +9,23 @@ imports torch: generating a 65,536-op schedule must take milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from ..limits import LimitError, check_schedule_size, ops_per_microbatch_stage
 from .ops import Op, Schedule
 
 
 class ScheduleConfigError(ValueError):
-    """A schedule was asked for with arguments a production system would refuse."""
+    """A schedule was asked for with arguments a production system would refuse (or the kit's limits do)."""
 
 
-def _check_sizes(pp: int, microbatches: int, chunks: int = 1) -> None:
-    for name, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
+def check_sizes(pp: int, microbatches: int, chunks: int = 1, name: str = "1f1b", forward_only: bool = False) -> None:
+    """Positive integers within :mod:`pipeline_kit.limits`, checked before any op list is built."""
+    for arg, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleConfigError(f"{name} must be a positive integer, got {value!r}")
+            raise ScheduleConfigError(f"{arg} must be a positive integer, got {value!r}")
+    try:
+        check_schedule_size(pp, microbatches, chunks, ops_per_microbatch_stage(name, forward_only))
+    except LimitError as exc:
+        raise ScheduleConfigError(str(exc)) from None
 
 
 def gpipe(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
@@ -30,7 +34,7 @@ def gpipe(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
     Simple, and the bubble is the same as 1F1B's -- but each rank holds all ``M`` microbatches'
     activations at the turn from forward to backward.
     """
-    _check_sizes(pp, microbatches)
+    check_sizes(pp, microbatches, forward_only=forward_only)
     fwd = [Op("F", m) for m in range(microbatches)]
     bwd = [] if forward_only else [Op("B", m) for m in range(microbatches)]
     return Schedule(_name("gpipe", forward_only), pp, microbatches, 1, [fwd + bwd for _ in range(pp)])
@@ -43,7 +47,7 @@ def one_f_one_b(pp: int, microbatches: int, forward_only: bool = False) -> Sched
     followed by one backward, then a cooldown that drains the remaining ``warmup`` backwards.
     At most ``pp - r`` microbatches are ever in flight on rank ``r``.
     """
-    _check_sizes(pp, microbatches)
+    check_sizes(pp, microbatches, forward_only=forward_only)
     ranks = []
     for r in range(pp):
         if forward_only:
@@ -78,6 +82,27 @@ def interleaved_warmup(pp: int, rank: int, microbatches: int, chunks: int, group
     return min((pp - rank - 1) * 2 + (chunks - 1) * group, microbatches * chunks)
 
 
+def one_f_one_b_phases(fwd: list[Op], bwd: list[Op], warmup: int, wgrad_delay: int | None = None) -> list[Op]:
+    """One rank's warmup / steady / cooldown, built from its forward and backward sequences.
+
+    ``warmup`` forwards, then forward ``k + warmup`` followed by backward ``k`` (steady state), then the
+    remaining backwards (cooldown).  With ``wgrad_delay = d`` the backwards are input-grads and the
+    weight-grad of backward ``k - d`` follows input-grad ``k``; the last ``d`` weight-grads drain at the end
+    (PyTorch's zero-bubble rank ops, where ``d`` is the rank).
+    """
+    total = len(bwd)
+    ops = fwd[:warmup]
+    for k in range(total):
+        if k + warmup < total:
+            ops.append(fwd[k + warmup])
+        ops.append(bwd[k])
+        if wgrad_delay is not None and k >= wgrad_delay:
+            ops.append(bwd[k - wgrad_delay]._replace(kind="W"))
+    if wgrad_delay is not None:
+        ops.extend(op._replace(kind="W") for op in bwd[max(0, total - wgrad_delay):])
+    return ops
+
+
 def interleaved(
     pp: int, microbatches: int, chunks: int = 2, forward_only: bool = False, group: int | None = None
 ) -> Schedule:
@@ -89,7 +114,7 @@ def interleaved(
     ``[pp, M]`` (so ``M < pp`` is refused), and a last group smaller than ``pp`` (with the default
     group: ``M`` not a multiple of ``pp``).
     """
-    _check_sizes(pp, microbatches, chunks)
+    check_sizes(pp, microbatches, chunks, forward_only=forward_only)
     group = pp if group is None else group
     if pp < 2:
         raise ScheduleConfigError(
@@ -114,7 +139,6 @@ def interleaved(
             + f" or {microbatches - remainder + group}"
         )
     table = interleaved_table(microbatches, chunks, group)
-    total = len(table)
     ranks = []
     for r in range(pp):
         fwd = [Op("F", m, c) for m, c in table]
@@ -122,13 +146,7 @@ def interleaved(
             ranks.append(fwd)
             continue
         bwd = [Op("B", m, chunks - 1 - c) for m, c in table]
-        warmup = interleaved_warmup(pp, r, microbatches, chunks, group)
-        ops = fwd[:warmup]
-        for k in range(total - warmup):  # steady state: forward k + warmup, then backward k
-            ops.append(fwd[warmup + k])
-            ops.append(bwd[k])
-        ops.extend(bwd[total - warmup:])
-        ranks.append(ops)
+        ranks.append(one_f_one_b_phases(fwd, bwd, interleaved_warmup(pp, r, microbatches, chunks, group)))
     return Schedule(_name("interleaved", forward_only), pp, microbatches, chunks, ranks)
 
 
@@ -143,7 +161,7 @@ def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
     (rank 0's 1F1B peak), so peak activation memory equals 1F1B's, and with F = I = W the bubble
     is about a third of 1F1B's.
     """
-    _check_sizes(pp, microbatches)
+    check_sizes(pp, microbatches, name="zb-h1", forward_only=forward_only)
     if forward_only:
         forwards = [[Op("F", m) for m in range(microbatches)] for _ in range(pp)]
         return Schedule(_name("zb-h1", True), pp, microbatches, 1, forwards)
@@ -164,7 +182,7 @@ def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
 
 def no_pipelining(microbatches: int, forward_only: bool = False) -> Schedule:
     """One rank, each microbatch's forward then its backward (Megatron's ``forward_backward_no_pipelining``)."""
-    _check_sizes(1, microbatches)
+    check_sizes(1, microbatches, forward_only=forward_only)
     ops: list[Op] = []
     for m in range(microbatches):
         ops.append(Op("F", m))
@@ -175,28 +193,3 @@ def no_pipelining(microbatches: int, forward_only: bool = False) -> Schedule:
 
 def _name(base: str, forward_only: bool) -> str:
     return f"{base}-forward-only" if forward_only else base
-
-
-SCHEDULES: dict[str, Callable[..., Schedule]] = {
-    "gpipe": gpipe,
-    "1f1b": one_f_one_b,
-    "interleaved": interleaved,
-    "zb-h1": zb_h1,
-}
-
-
-def build_schedule(
-    name: str, pp: int, microbatches: int, chunks: int | None = None, forward_only: bool = False,
-    group: int | None = None,
-) -> Schedule:
-    """Build a schedule by its command-line name; ``chunks`` only applies to ``interleaved``."""
-    if name not in SCHEDULES:
-        raise ScheduleConfigError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
-    if name == "interleaved":
-        return interleaved(pp, microbatches, chunks if chunks is not None else 2, forward_only, group)
-    if chunks not in (None, 1):
-        raise ScheduleConfigError(f"--chunks {chunks} only applies to the interleaved schedule; {name} has one chunk "
-                                  "per rank")
-    if group is not None:
-        raise ScheduleConfigError(f"a microbatch group size only applies to the interleaved schedule, not {name}")
-    return SCHEDULES[name](pp, microbatches, forward_only=forward_only)

@@ -20,10 +20,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..inputs import Field, InputError, check_object, check_text_size, describe, integer, parse_json, text
+from ..limits import MAX_CHUNKS, MAX_MICROBATCHES, MAX_OPS, MAX_RANKS, LimitError, check_at_most
+
 KINDS = ("F", "B", "I", "W")
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad backward", "W": "weight-grad backward"}
 
-_OP_RE = re.compile(r"^([FBIW])(\d+)(?:c(\d+))?$")
+_OP_RE = re.compile(r"^([FBIW])(\d{1,9})(?:c(\d{1,9}))?$")  # linear: no nested quantifier
+_RANK_LINE_RE = re.compile(r"^(?:r|rank\s*)(\d+)\s*:")
 
 
 class OpParseError(ValueError):
@@ -59,7 +63,11 @@ class Op(NamedTuple):
                 f"optional chunk, e.g. F3, B3, I3c1, W3c1"
             )
         kind, mb, chunk = match.groups()
-        return cls(kind, int(mb), int(chunk) if chunk is not None else 0)
+        mb, chunk = int(mb), int(chunk) if chunk is not None else 0
+        if mb >= MAX_MICROBATCHES or chunk >= MAX_CHUNKS:
+            raise OpParseError(f"{text.strip()!r} is beyond the kit's limits: microbatches 0..{MAX_MICROBATCHES - 1:,} "
+                               f"(MAX_MICROBATCHES), chunks 0..{MAX_CHUNKS - 1} (MAX_CHUNKS)")
+        return cls(kind, mb, chunk)
 
 
 PLACEMENTS = ("looped", "v")
@@ -116,6 +124,11 @@ class Schedule:
             value = getattr(self, arg)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Schedule {arg} must be a positive integer, got {value!r}")
+        check_at_most(f"pp={self.pp}", self.pp, "MAX_RANKS", "ranks")
+        check_at_most(f"chunks={self.chunks}", self.chunks, "MAX_CHUNKS", "chunks per rank")
+        check_at_most(f"microbatches={self.microbatches}", self.microbatches, "MAX_MICROBATCHES", "microbatches")
+        cells = self.pp * self.chunks * self.microbatches  # the validator's dependency table has one cell each
+        check_at_most(f"pp x chunks x microbatches = {cells:,}", cells, "MAX_OPS", "(stage, microbatch) pairs")
         if not self.ranks:
             self.ranks = [[] for _ in range(self.pp)]
         if len(self.ranks) != self.pp:
@@ -193,33 +206,47 @@ class Schedule:
         largest numbers used).  Other ``#`` lines and blank lines are ignored.  Errors name the line and
         the offending token.
         """
+        try:
+            check_text_size(text, "schedule text")
+        except (InputError, LimitError) as exc:
+            raise ScheduleTextError(str(exc)) from None
         header: dict[str, str] = {}
         rows: dict[int, list[Op]] = {}
+        count = 0
         for lineno, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
             if not line:
                 continue
             if line.startswith("#"):
-                fields = dict(re.findall(r"(\w+)=(\S+)", line))
+                fields = _header_fields(line)
                 if "pp" in fields or "schedule" in fields:
                     header.update(fields)
                 continue
-            match = re.match(r"^(?:r|rank\s*)(\d+)\s*:(.*)$", line)
+            match = _RANK_LINE_RE.match(line)
             if not match:
                 raise ScheduleTextError(
-                    f"line {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 B0'), got {raw.strip()!r}"
+                    f"line {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 B0'), got {_cut(line)}"
                 )
-            rank = int(match.group(1))
+            digits = match.group(1)
+            if len(digits) > 6 or int(digits) >= MAX_RANKS:
+                raise ScheduleTextError(f"line {lineno}: rank r{_cut(digits, 20)[1:-1]} is beyond the limit of "
+                                 f"{MAX_RANKS:,} ranks r0..r{MAX_RANKS - 1} (MAX_RANKS)")
+            rank = int(digits)
             if rank in rows:
                 raise ScheduleTextError(f"line {lineno}: rank r{rank} is listed twice")
             ops = []
-            for col, token in enumerate(match.group(2).split(), start=1):
+            for col, token in enumerate(_TOKEN_RE.finditer(line, match.end()), start=1):
+                token = token.group()
                 if token == ".":
                     continue
                 try:
                     ops.append(Op.parse(token))
                 except OpParseError as exc:
                     raise ScheduleTextError(f"line {lineno}, item {col}: {exc}") from None
+                count += 1
+                if count > MAX_OPS:
+                    raise ScheduleTextError(f"line {lineno}: the schedule has more than the limit of {MAX_OPS:,} ops "
+                                            f"(MAX_OPS)")
             rows[rank] = ops
         if not rows:
             raise ScheduleTextError("no rank lines found: expected lines like 'r0: F0 F1 B0 B1'")
@@ -228,21 +255,18 @@ class Schedule:
         if missing:
             raise ScheduleTextError(f"ranks {missing} have no line; ranks must be r0..r{pp - 1}")
         all_ops = [op for ops in rows.values() for op in ops]
-        try:
-            declared_pp = int(header.get("pp", pp))
-            microbatches = int(header.get("microbatches", max((op.microbatch for op in all_ops), default=0) + 1))
-            chunks = int(header.get("chunks", max((op.chunk for op in all_ops), default=0) + 1))
-        except ValueError as exc:
-            raise ScheduleTextError(f"header: {exc}") from None
+        declared_pp = _header_int(header, "pp", pp)
+        microbatches = _header_int(header, "microbatches", max((op.microbatch for op in all_ops), default=0) + 1)
+        chunks = _header_int(header, "chunks", max((op.chunk for op in all_ops), default=0) + 1)
         if declared_pp != pp:
             raise ScheduleTextError(f"header says pp={declared_pp} but there are {pp} rank lines")
         placement = header.get("placement", "looped")
         try:
             _check_placement(placement, chunks)
-        except ValueError as exc:
+            return cls(name or header.get("schedule", "custom"), pp, microbatches, chunks, [rows[r] for r in range(pp)],
+                       placement)
+        except ValueError as exc:  # a placement it cannot be, or sizes beyond the limits
             raise ScheduleTextError(f"header: {exc}") from None
-        return cls(name or header.get("schedule", "custom"), pp, microbatches, chunks, [rows[r] for r in range(pp)],
-                   placement)
 
     # -- JSON ------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -262,18 +286,82 @@ class Schedule:
         return json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Schedule:
-        missing = [k for k in ("pp", "microbatches", "ranks") if k not in data]
-        if missing:
-            raise ScheduleTextError(f"schedule JSON lacks {missing}; expected keys schedule, pp, microbatches, "
-                                    "chunks, ranks")
-        ranks = [[Op.parse(t) for t in ops] for ops in data["ranks"]]
-        return cls(data.get("schedule", "custom"), int(data["pp"]), int(data["microbatches"]),
-                   int(data.get("chunks", 1)), ranks, data.get("placement", "looped"))
+    def from_dict(cls, data: dict, where: str = "schedule JSON") -> Schedule:
+        """A schedule from its JSON form, checked against :data:`SCHEDULE_JSON` field by field."""
+        try:
+            fields = check_object(data, SCHEDULE_JSON, where)
+        except (InputError, LimitError) as exc:
+            raise ScheduleTextError(str(exc)) from None
+        try:
+            return cls(fields["schedule"], fields["pp"], fields["microbatches"], fields["chunks"], fields["ranks"],
+                       fields["placement"])
+        except ValueError as exc:  # e.g. pp=2 with three rank lists, placement v with 3 chunks, sizes past a limit
+            raise ScheduleTextError(f"{where}: {exc}") from None
 
     @classmethod
-    def from_json(cls, text: str) -> Schedule:
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, where: str = "schedule JSON") -> Schedule:
+        try:
+            data = parse_json(text, where)
+        except (InputError, LimitError) as exc:
+            raise ScheduleTextError(str(exc)) from None
+        return cls.from_dict(data, where)
+
+
+def _op_lists(value, where: str) -> list[list[Op]]:
+    """The ``ranks`` field: an array per rank of op strings, at most ``MAX_OPS`` in all, each parsed."""
+    if not isinstance(value, list) or not all(isinstance(ops, list) for ops in value):
+        raise InputError(f"{where}: expected an array with one array of op strings (like \"F3\") per rank, "
+                         f"got {describe(value)}")
+    check_at_most(f"{where}: {sum(map(len, value)):,} ops", sum(map(len, value)), "MAX_OPS", "ops")
+    out = []
+    for r, ops in enumerate(value):
+        parsed = []
+        for i, token in enumerate(ops):
+            if not isinstance(token, str):
+                raise InputError(f"{where}[{r}][{i}]: expected an op string like \"F3\", got {describe(token)}")
+            try:
+                parsed.append(Op.parse(token))
+            except OpParseError as exc:
+                raise InputError(f"{where}[{r}][{i}]: {exc}") from None
+        out.append(parsed)
+    return out
+
+
+# The schedule's JSON form, one line a field: what Schedule.from_dict accepts (and to_dict writes).
+SCHEDULE_JSON = {
+    "schedule": Field(text(), default="custom"),
+    "pp": Field(integer(1, "MAX_RANKS"), required=True),
+    "microbatches": Field(integer(1, "MAX_MICROBATCHES"), required=True),
+    "chunks": Field(integer(1, "MAX_CHUNKS"), default=1),
+    "placement": Field(text(*PLACEMENTS), default="looped"),
+    "ranks": Field(_op_lists, required=True),
+}
+
+_TOKEN_RE = re.compile(r"\S+")
+
+
+def _cut(text: str, width: int = 60) -> str:
+    r = repr(text)
+    return r if len(r) <= width else r[:width - 4] + "...'"
+
+
+def _header_fields(line: str) -> dict[str, str]:
+    """``key=value`` words of a ``#`` line (split on whitespace: linear time, whatever the line holds)."""
+    fields = {}
+    for word in line.lstrip("#").split():
+        key, eq, value = word.partition("=")
+        if eq and key and value:
+            fields[key] = value
+    return fields
+
+
+def _header_int(header: dict[str, str], key: str, default: int) -> int:
+    value = header.get(key)
+    if value is None:
+        return default
+    if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < 1:
+        raise ScheduleTextError(f"header: {key}={_cut(value, 30)} is not a positive integer of at most 9 digits")
+    return int(value)
 
 
 class ScheduleTextError(ValueError):

@@ -43,11 +43,8 @@ class Dep(NamedTuple):
 
     @classmethod
     def _of_key(cls, key: int, schedule: Schedule) -> Dep:
-        """The fact the walk numbers ``key`` (``(kind * stages + stage) * microbatches + microbatch``, an
-        index into its flat tables), made or not yet."""
-        kind_stage, m = divmod(key, schedule.microbatches)
-        code, s = divmod(kind_stage, schedule.stages)
-        kind = _DEP_KINDS[code]
+        """The fact :func:`walk` numbers ``key``, made or not yet."""
+        kind, m, s = _decode(key, schedule)
         r, c = schedule.rank_of(s), schedule.chunk_of(s)
         ops = schedule.ranks[r]
         maker = Op("F" if kind == "F" else "I" if kind == "I" or Op("I", m, c) in ops else "B", m, c)
@@ -149,6 +146,13 @@ def _first_missing(schedule: Schedule, counts: bytearray, sm: int) -> None:
                                         f"run exactly once", kind="missing", rank=r, op=op)
 
 
+def _decode(fact: int, schedule: Schedule) -> tuple[str, int, int]:
+    """``(kind, microbatch, stage)`` of a fact numbered by :func:`walk`."""
+    kind_stage, m = divmod(fact, schedule.microbatches)
+    code, s = divmod(kind_stage, schedule.stages)
+    return _DEP_KINDS[code], m, s
+
+
 def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[Dep, ...]]]:
     """Yield ``(rank, op, stage, deps)`` in an order where every dependency came first.
 
@@ -158,23 +162,27 @@ def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[Dep, ...]
     ranks remain blocked when nothing can run, a :class:`ScheduleError` explains the wait.
     Callers must have run :func:`check_ops` first.
     """
-    return _walk(schedule, describe=True)
+    made_by = fact_table(schedule)
+    walked: list[tuple[int, Op, int]] = []  # (rank, op, index in its list), in walk order
+    count = [0] * schedule.pp
+    for r, op, s, facts in walk(schedule, made_by):
+        yield r, op, s, tuple([Dep(*_decode(f, schedule), *walked[made_by[f]]) for f in facts])
+        walked.append((r, op, count[r]))
+        count[r] += 1
 
 
-def validate(schedule: Schedule) -> Schedule:
-    """Raise :class:`ScheduleError` unless ``schedule`` is executable; return it for chaining."""
-    check_ops(schedule)
-    for _ in _walk(schedule, describe=False):
-        pass
-    return schedule
+def fact_table(schedule: Schedule) -> list[int]:
+    """A table for :func:`walk` to fill: for every fact, the position (in walk order) of the op that made it."""
+    return [0] * (3 * schedule.stages * schedule.microbatches)
 
 
-def _walk(schedule: Schedule, describe: bool):
-    """The walk behind :func:`dataflow`; ``describe=False`` (the validator) skips building the Deps
-    (its ``deps`` are then placeholders).
+def walk(schedule: Schedule, made_by: list[int] | None = None) -> Iterator[tuple[int, Op, int, tuple[int, ...]]]:
+    """:func:`dataflow` at full speed, for loops over 65,536 ops (the validator, the simulator).
 
-    Facts are numbered ``(kind * stages + stage) * microbatches + microbatch`` (kinds F, G, I as
-    0, 1, 2), which indexes flat lists and keeps a walk over 65,536 ops well under a second.
+    The facts an op needs come as numbers, ``(kind * stages + stage) * microbatches + microbatch``
+    (kinds F, G, I as 0, 1, 2), that index flat lists; read them through ``made_by``
+    (:func:`fact_table`), which the walk fills: ``made_by[fact]`` is the position in walk order of the
+    op that made it.  Callers must have run :func:`check_ops` first.
     """
     pp, stages, mbs, ranks = schedule.pp, schedule.stages, schedule.microbatches, schedule.ranks
     stage_table = [schedule.stages_of(r) for r in range(pp)]
@@ -182,11 +190,11 @@ def _walk(schedule: Schedule, describe: bool):
     g_base, i_base = sm, 2 * sm
     last = stages - 1
     pos = [0] * pp
-    done: list = [None] * (3 * sm)  # each fact once made: its Dep (or True when not describing)
+    done = bytearray(3 * sm)  # 1 once a fact is made
+    seq = 0  # ops walked so far
     waiting: dict[int, list[int]] = {}
     blocked_on: dict[int, int] = {}
     ready = deque(range(pp))
-    new_dep = tuple.__new__  # Dep(...) without the NamedTuple constructor's extra call: 65,536 ops
     while ready:
         r = ready.popleft()
         ops = ranks[r]
@@ -198,51 +206,48 @@ def _walk(schedule: Schedule, describe: bool):
             kind, m, c = op
             s = stage_of_chunk[c]
             here = s * mbs + m
-            missing = -1
             if kind == "F":  # the activation of the previous stage
-                if s:
-                    a = done[here - mbs]
-                    if a is None:
-                        missing = here - mbs
-                    deps = (a,)
-                else:
-                    deps = ()
-                made, facts = (here,), "F"
+                needs = (here - mbs,) if s else ()
+                made = (here,)
             elif kind == "W":  # its own input-grad half
-                a = done[i_base + here]
-                if a is None:
-                    missing = i_base + here
-                deps = (a,)
-                made, facts = (), ""
+                needs = (i_base + here,)
+                made = ()
             else:  # B or I: its own forward, and the gradient from the next stage (the last stage has the loss)
-                a = done[here]
-                if a is None:
-                    missing = here
-                if s < last:
-                    b = done[g_base + here + mbs]
-                    if b is None and missing < 0:
-                        missing = g_base + here + mbs
-                    deps = (a, b)
-                else:
-                    deps = (a,)
-                made, facts = ((g_base + here, i_base + here), "GI") if kind == "I" else ((g_base + here,), "G")
+                needs = (here, g_base + here + mbs) if s < last else (here,)
+                made = (g_base + here, i_base + here) if kind == "I" else (g_base + here,)
+            missing = -1
+            for key in needs:
+                if not done[key]:
+                    missing = key
+                    break
             if missing >= 0:
                 waiting.setdefault(missing, []).append(r)
                 blocked_on[r] = missing
                 break
-            yield r, op, s, deps
-            for key, fact in zip(made, facts):
-                done[key] = new_dep(Dep, (fact, m, s, r, op, i)) if describe else True
+            yield r, op, s, needs
+            for key in made:
+                done[key] = 1
+                if made_by is not None:
+                    made_by[key] = seq
                 if waiting:
                     woken = waiting.pop(key, None)
                     if woken:
                         for waiter in woken:
                             del blocked_on[waiter]
                             ready.append(waiter)
+            seq += 1
             i += 1
         pos[r] = i
     if blocked_on:
         raise _explain_stuck(schedule, pos, blocked_on)
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Raise :class:`ScheduleError` unless ``schedule`` is executable; return it for chaining."""
+    check_ops(schedule)
+    for _ in walk(schedule):
+        pass
+    return schedule
 
 
 def is_valid(schedule: Schedule) -> bool:

@@ -11,6 +11,7 @@ A split backward costs what the full one costs: ``I = bwd - wgrad`` and ``W = wg
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
@@ -45,7 +46,7 @@ def per_virtual_stage(value: PerStage, pp: int, chunks: int, name: str, placemen
             allowed = f"{pp} (one per rank)" + (f" or {stages} (one per virtual stage)" if chunks > 1 else "")
             raise CostError(f"{name} has {len(values)} values; expected 1 or {allowed}")
     for v in values:
-        if not isinstance(v, Real) or isinstance(v, bool) or v < 0:
+        if not isinstance(v, Real) or isinstance(v, bool) or not 0 <= v < math.inf:
             raise CostError(f"{name} values must be non-negative numbers, got {v!r}")
     if len(values) == stages:
         return values  # one value per virtual stage (with one chunk, per rank): taken as is
@@ -85,9 +86,9 @@ class Costs:
                 if w > b:
                     raise CostError(f"wgrad on stage {s} is {w}, larger than the whole backward bwd={b}; "
                                     f"wgrad is the weight-gradient part of bwd")
-        if not isinstance(self.p2p_latency, Real) or self.p2p_latency < 0:
+        if not isinstance(self.p2p_latency, Real) or not 0 <= self.p2p_latency < math.inf:
             raise CostError(f"p2p_latency must be a non-negative number, got {self.p2p_latency!r}")
-        if self.bandwidth is not None and (not isinstance(self.bandwidth, Real) or self.bandwidth <= 0):
+        if self.bandwidth is not None and (not isinstance(self.bandwidth, Real) or not 0 < self.bandwidth < math.inf):
             raise CostError(f"bandwidth must be a positive number (bytes per time unit), got {self.bandwidth!r}")
         stages = pp * chunks
         boundaries = max(stages - 1, 0)

@@ -4,8 +4,8 @@ Every rank runs its ops in order; an op starts when its rank is free and every i
 arrived (a cross-rank input arrives ``p2p`` time after its producer ends; a rank that is free
 before then *waits*, and the wait is recorded as a measured run's trace records it).  Because the order on
 each rank is fixed, this is a longest-path computation over the schedule's dependency graph, done
-in one pass over :func:`~pipeline_kit.schedules.validate.dataflow` -- the very walk the
-validator makes, so a schedule simulates exactly when it validates.
+in one pass over :func:`~pipeline_kit.schedules.validate.walk` -- the very walk the validator
+makes, so a schedule simulates exactly when it validates.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from ..schedules.messages import receives
 from ..schedules.ops import Op, Schedule
-from ..schedules.validate import check_ops, dataflow
+from ..schedules.validate import check_ops, fact_table, walk
 from ..trace import op_record
 from .costs import Costs, StageCosts
 
@@ -115,6 +115,8 @@ class SimResult:
                 for r in range(s.pp)
             ],
         }
+        if s.placement != "looped":  # as in Schedule.to_dict: present only for a V placement
+            out["placement"] = s.placement
         if timeline:
             out["timeline"] = [op_record(s, e.rank, e.op, e.stage, e.start, e.end) for e in self.events]
             out["transfers"] = [t._asdict() for t in self.transfers]
@@ -148,7 +150,9 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
     comm, nbytes, act = sc.comm, sc.nbytes, sc.activation_bytes
     duration = {"F": sc.fwd, "B": sc.bwd, "I": [b - w for b, w in zip(sc.bwd, sc.wgrad)], "W": sc.wgrad}
     keep = not schedule.forward_only
-    finish_of: list[list] = [[] for _ in range(pp)]  # finish time of every op, by rank and index in its list
+    made_by = fact_table(schedule)  # the walk fills it: which op (in walk order) made each fact
+    ended: list = []  # in walk order: when each op ended ...
+    rank_at: list[int] = []  # ... and on which rank
     free = [0] * pp
     busy = [0] * pp
     live = [0] * pp
@@ -163,11 +167,12 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
                                                                          for s in range(stages))]
                 for kind in "FBI"}
     new = tuple.__new__  # Event(...) / Transfer(...) without the NamedTuple constructor's extra call
-    for r, op, s, deps in dataflow(schedule):
+    for r, op, s, facts in walk(schedule, made_by):
         kind, m, _ = op
         start = free[r]
-        for _, _, _, src, _, index in deps:  # each Dep: the fact, and the rank and index of the op that made it
-            t = finish_of[src][index]
+        for fact in facts:
+            j = made_by[fact]
+            t, src = ended[j], rank_at[j]
             if src != r:  # made on another rank: it is the message this op receives
                 direction, boundary = incoming[kind][s]
                 arrive = t + comm[boundary]
@@ -182,7 +187,8 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         free[r] = finish
         busy[r] += dur
         events.append(new(Event, (r, op, s, start, finish)))
-        finish_of[r].append(finish)  # each rank's ops come in its own order
+        ended.append(finish)
+        rank_at.append(r)
         if kind == "F":
             if keep:
                 live[r] += 1

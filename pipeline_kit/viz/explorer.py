@@ -11,7 +11,7 @@ from __future__ import annotations
 from matplotlib.animation import FuncAnimation
 from matplotlib.figure import Figure
 
-from ..schedules import ScheduleConfigError, build_schedule
+from ..schedules import CHUNKED, SCHEDULES, ScheduleConfigError, build_schedule
 from ..sim import simulate
 from .figure import KitFigure, png_bytes
 from .timeline import Timeline, _boxes_path, draw_timeline
@@ -33,7 +33,7 @@ def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: i
     if ax.get_legend() is not None:
         ax.get_legend().remove()
     try:
-        sched = build_schedule(schedule, pp, microbatches, chunks if schedule == "interleaved" else None)
+        sched = build_schedule(schedule, pp, microbatches, chunks if schedule in CHUNKED else None)
     except ScheduleConfigError as exc:
         fig.set_size_inches(8, 1.6)
         ax.set_visible(False)
@@ -50,7 +50,7 @@ def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: i
     draw_timeline(Timeline.from_sim(res), ax, labels="auto", tight=False)
     metrics = {"makespan": res.makespan, "ideal_time": res.ideal_time, "bubble_fraction": res.bubble_fraction,
                "bubble_over_ideal": res.bubble_over_ideal, "peak_activations": res.peak_activations,
-               "formula": None if schedule == "zb-h1" else (pp - 1) / (sched.chunks * microbatches + pp - 1)}
+               "formula": None if sched.splits_backward else (pp - 1) / (sched.chunks * microbatches + pp - 1)}
     return fig, metrics
 
 
@@ -84,7 +84,7 @@ def explorer(**initial):
     import ipywidgets as w
 
     controls = {
-        "schedule": w.Dropdown(options=["gpipe", "1f1b", "interleaved", "zb-h1"], value="1f1b", description="schedule"),
+        "schedule": w.Dropdown(options=list(SCHEDULES), value="1f1b", description="schedule"),
         "pp": w.IntSlider(value=4, min=1, max=8, description="pp"),
         "microbatches": w.IntSlider(value=8, min=1, max=32, description="microbatches"),
         "chunks": w.IntSlider(value=2, min=2, max=4, description="chunks (v)"),
@@ -111,7 +111,7 @@ def explorer(**initial):
         if holding:
             return
         values = {k: c.value for k, c in controls.items()}
-        controls["chunks"].disabled = values["schedule"] != "interleaved"
+        controls["chunks"].disabled = values["schedule"] not in CHUNKED
         controls["slowdown"].disabled = values["slow_stage"] < 0
         _, metrics = render(**values, fig=fig)
         image.value = png_bytes(fig, tight=False)  # render() fixed the margins: one draw, no bbox search

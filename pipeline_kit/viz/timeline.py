@@ -158,7 +158,7 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
                         arrowprops={"arrowstyle": "->", "lw": 0.8}, gid="first-backward-label")
     ax.set_xlim(0, tl.makespan * 1.01 if tl.makespan else 1)
     ax.set_ylim(-0.6, tl.pp - 0.4 + (0.25 if phases else 0) + (0.45 if first_backward else 0))
-    ax.set_yticks([y_of[r] for r in range(tl.pp)], [f"rank {r}" for r in range(tl.pp)])
+    ax.set_yticks([y_of[r] for r in range(tl.pp)], [_rank_label(tl, r) for r in range(tl.pp)])
     ax.set_xlabel(tl.unit)
     if tl.title:
         ax.set_title(tl.title, fontsize=10)
@@ -169,7 +169,7 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
         handles.append(Patch(facecolor="white", edgecolor=IDLE_COLOR, hatch="////", label="idle (bubble)"))
         if tl.chunks > 1:
             handles.append(Patch(facecolor=_shade(KIND_COLORS["F"], tl.chunks - 1, tl.chunks),
-                                 label="lighter: chunk 1" if tl.chunks == 2 else f"lighter: chunks 1..{tl.chunks - 1}"))
+                                 label=_chunk_legend(tl)))
         if phases:
             handles += [Patch(facecolor=c, label=name) for name, c in PHASE_COLORS.items()]
         if tl.waits:
@@ -179,6 +179,20 @@ def draw_timeline(tl: Timeline, ax=None, arrows: bool = False, phases: bool = Fa
     if tight:
         ax.figure.tight_layout()
     return ax
+
+
+def _rank_label(tl: Timeline, rank: int) -> str:
+    """``rank 0`` or, with several chunks, ``rank 0`` over the stages it holds (``stages 0, 7`` in a V)."""
+    stages = tl.stages_of(rank)
+    if tl.chunks == 1 or not stages:
+        return f"rank {rank}"
+    return f"rank {rank}\nstage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))}"
+
+
+def _chunk_legend(tl: Timeline) -> str:
+    if tl.placement == "v":
+        return f"lighter: chunk 1 = stage {2 * tl.pp - 1}-rank (V)"
+    return "lighter: chunk 1" if tl.chunks == 2 else f"lighter: chunks 1..{tl.chunks - 1}"
 
 
 def _phase_patch(a: float, b: float, y: float, name: str, rank: int):

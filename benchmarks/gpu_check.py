@@ -1,0 +1,182 @@
+"""One command for a GPU box: every schedule with --check-grads, CUDA memory per rank, and the labs' torchrun cells.
+
+What it runs, each as a user would (``torchrun`` started by :func:`pipeline_kit.launch.torchrun`, which never picks
+a backend -- ``pipeline_kit.run`` does: NCCL with one GPU per rank, or the ranks sharing one GPU and sending
+through gloo when there are fewer GPUs than ranks):
+
+1. every schedule family on pp = 2 and pp = 4 with ``--check-grads``: the gradients must match the single-process
+   reference (max relative error <= 1e-6);
+2. per rank, ``torch.cuda.max_memory_allocated`` next to what the kit predicts: weights + gradients of the rank's
+   stages plus the activations live at the simulator's peak (peak count x bytes per microbatch-chunk);
+3. the labs that start ``torchrun`` (5 and 6), graded by ``python -m pipeline_kit grade`` from their solutions:
+   full marks means every torchrun cell ran and its checks passed on this box.
+
+Without CUDA it says so and exits 0 having run nothing (``--allow-cpu`` runs it on gloo/CPU anyway, to try the
+script itself).  Exit status 1 when a run fails, a gradient differs or a lab loses points.
+
+Run: ``python benchmarks/gpu_check.py [--pp 2,4] [--schedules zbv,dualpipev] [--skip-labs] [--json out.json]``;
+``--plan`` prints the commands without running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline_kit.argtypes import OneLineParser  # noqa: E402
+from pipeline_kit.schedules import SCHEDULES, build_schedule  # noqa: E402
+
+SMALL = ["--layers", "8", "--hidden", "64", "--heads", "4", "--seq-len", "32", "--micro-batch-size", "2",
+         "--vocab", "256"]
+LABS = ["lab05_p2p", "lab06_stages"]
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = OneLineParser(prog="python benchmarks/gpu_check.py", description=__doc__.splitlines()[0])
+    p.add_argument("--pp", default="2,4", help="pipeline sizes to run (default 2,4)")
+    p.add_argument("--schedules", default=",".join(SCHEDULES), help="families (default: all)")
+    p.add_argument("--skip-labs", action="store_true", help="do not grade the labs' torchrun notebooks")
+    p.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    p.add_argument("--plan", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--allow-cpu", action="store_true", help="run even without CUDA (gloo on CPU, no memory figures)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per torchrun job (default 600)")
+    args = p.parse_args(argv)
+    try:
+        args.pp = [int(x) for x in args.pp.split(",")]
+    except ValueError:
+        p.error(f"argument --pp: expected comma-separated integers such as 2,4, got {args.pp!r}")
+    args.schedules = args.schedules.split(",")
+    unknown = [s for s in args.schedules if s not in SCHEDULES]
+    if unknown:
+        p.error(f"argument --schedules: unknown {unknown}; choose from {', '.join(SCHEDULES)}")
+    return args
+
+
+def run_args(name: str, pp: int, out: Path) -> list[str]:
+    """``pipeline_kit.run`` arguments: M = 2 pp, a size every family accepts (DualPipe-V needs M >= 2 pp)."""
+    return ["--schedule", name, "--microbatches", str(2 * pp), "--steps", "2", "--check-grads", *SMALL,
+            "--json", str(out)]
+
+
+def memory_rows(summary: dict) -> list[dict]:
+    """Per rank: CUDA max allocated against weights + grads + activations at the simulated peak (bytes)."""
+    sched = build_schedule(summary["schedule"], summary["pp"], summary["microbatches"], summary["chunks"])
+    rows = []
+    for r in range(sched.pp):
+        params = sum(summary["stage_params"][s] for s in sched.stages_of(r))
+        predicted = 2 * 4 * params + summary["peak_activation_bytes"][r]  # fp32 weights and grads, SGD keeps no state
+        measured = (summary["cuda_max_memory_allocated"] or [None] * sched.pp)[r]
+        rows.append({"rank": r, "simulated_peak_activations": summary["simulated_peak_activations"][r],
+                     "activation_bytes": summary["peak_activation_bytes"][r], "weight_grad_bytes": 8 * params,
+                     "predicted_bytes": predicted, "cuda_max_memory_allocated": measured,
+                     "ratio": measured / predicted if measured else None})
+    return rows
+
+
+def check_schedules(args, tmp: Path) -> list[dict]:
+    from pipeline_kit.launch import torchrun
+
+    results = []
+    for pp in args.pp:
+        for name in args.schedules:
+            out = tmp / f"{name}-pp{pp}.json"
+            t0 = time.monotonic()
+            proc = torchrun(pp, *run_args(name, pp, out), timeout=args.timeout)
+            took = time.monotonic() - t0
+            first = proc.stdout.splitlines()[0] if proc.stdout else ""
+            result = {"schedule": name, "pp": pp, "returncode": proc.returncode, "seconds": round(took, 1),
+                      "backend_line": first}
+            if proc.returncode == 0 and out.exists():
+                summary = json.loads(out.read_text())
+                result.update(grads_match=summary["grads_match"], max_rel_error=summary["max_rel_error"],
+                              grads_bitwise=summary["grads_bitwise"], backend=summary["backend"],
+                              device=summary["device"], memory=memory_rows(summary))
+            else:
+                result["stderr_tail"] = proc.stderr[-2000:]
+            results.append(result)
+            print_schedule_result(result)
+    return results
+
+
+def print_schedule_result(res: dict) -> None:
+    head = f"{res['schedule']:<15} pp={res['pp']}"
+    if res["returncode"] != 0 or "grads_match" not in res:
+        print(f"{head}  FAILED (exit {res['returncode']}): {res.get('stderr_tail', '')[-300:]}", flush=True)
+        return
+    b, t = res["grads_bitwise"]
+    print(f"{head}  {res['backend']}/{res['device']}  grads match: {res['grads_match']} "
+          f"(max rel err {res['max_rel_error']:.1e}, {b}/{t} bitwise)  {res['seconds']:.0f} s", flush=True)
+    for row in res["memory"]:
+        if row["cuda_max_memory_allocated"] is None:
+            continue
+        print(f"    rank {row['rank']}: peak {row['simulated_peak_activations']} microbatch-chunks live; "
+              f"predicted {row['predicted_bytes'] / 2**20:8.2f} MiB (weights+grads "
+              f"{row['weight_grad_bytes'] / 2**20:.2f}, activations {row['activation_bytes'] / 2**20:.2f}); "
+              f"CUDA max allocated {row['cuda_max_memory_allocated'] / 2**20:8.2f} MiB; "
+              f"measured/predicted {row['ratio']:.2f}", flush=True)
+
+
+def check_labs(args) -> list[dict]:
+    results = []
+    for lab in LABS:
+        cmd = [sys.executable, "-m", "pipeline_kit", "grade", str(ROOT / "solutions" / f"{lab}.ipynb"), "--json",
+               "--timeout", "300"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout * 3, check=False)
+        try:
+            report = json.loads(proc.stdout)
+            res = {"lab": lab, "score": report["score"], "max_score": report["max_score"],
+                   "lost": [c["name"] + ": " + c["feedback"] for c in report["checks"]
+                            if c["points"] < c["max_points"]]}
+        except (ValueError, KeyError):
+            res = {"lab": lab, "score": None, "max_score": None, "lost": [proc.stderr[-1000:]]}
+        results.append(res)
+        print(f"{lab:<15} graded from its solution: {res['score']} / {res['max_score']}"
+              + "".join(f"\n    lost: {line}" for line in res["lost"]), flush=True)
+    return results
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.plan:
+        for pp in args.pp:
+            for name in args.schedules:
+                print("torchrun --standalone --nproc-per-node", pp, "-m pipeline_kit.run",
+                      " ".join(run_args(name, pp, Path(f"{name}-pp{pp}.json"))))
+        if not args.skip_labs:
+            for lab in LABS:
+                print(f"python -m pipeline_kit grade solutions/{lab}.ipynb --json --timeout 300")
+        return 0
+    import torch
+
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        print("gpu_check: no CUDA device here (torch.cuda.is_available() is False): skipped, nothing was run")
+        return 0
+    gpus = torch.cuda.device_count()
+    print(f"gpu_check: {gpus} CUDA device(s)"
+          + (f" ({torch.cuda.get_device_name(0)}); pp <= {gpus}: NCCL, one GPU per rank; larger pp: the ranks share "
+             f"GPUs and send through gloo" if gpus else "; running on CPU (--allow-cpu)"), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        schedules = check_schedules(args, Path(tmp))
+    labs = [] if args.skip_labs else check_labs(args)
+    ok = all(r["returncode"] == 0 and r.get("grads_match") for r in schedules) and all(
+        r["score"] is not None and r["score"] == r["max_score"] for r in labs)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpus": gpus, "ok": ok, "schedules": schedules, "labs": labs},
+                                              indent=1))
+    print(f"gpu_check: {'all passed' if ok else 'FAILURES above'} ({len(schedules)} runs, {len(labs)} labs)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except BrokenPipeError:  # e.g. `--plan | head`
+        raise SystemExit(0) from None
