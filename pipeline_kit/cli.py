@@ -301,7 +301,6 @@ def add_grade_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    import signal
     from pathlib import Path
 
     from .grading.notebook import GradeError, grade
@@ -312,21 +311,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
     def warn(line: str) -> None:
         print(("\n" if show_progress else "") + line, file=sys.stderr, flush=True)
 
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt
-
+    # Ctrl-C / SIGTERM: main() prints "interrupted" after the grade's finally-blocks have ended the kernel
+    # (and everything it started) and removed its folder
     show_progress = not args.json and sys.stderr.isatty()
-    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         report = grade(args.notebook, Path(args.solutions) if args.solutions else None, args.timeout,
                        progress=progress if show_progress else None, seed=args.seed, warn=warn)
     except GradeError as exc:
         raise UsageError(str(exc)) from None
-    except KeyboardInterrupt:  # the grade's finally-blocks have ended the kernel and removed its folder
-        print(("\n" if show_progress else "") + "interrupted", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if show_progress:
         print(file=sys.stderr)
     print(json.dumps(report.to_dict()) if args.json else report.text())

@@ -120,13 +120,17 @@ class StudentKernel:
             raise KernelDied(self._death_message(timeout, interrupted))
         if interrupted:
             raise StudentTimeout(f"timed out after {timeout:g} s and was interrupted")
+        content = reply["content"]
         try:
-            text = ast.literal_eval(reply["content"]["user_expressions"]["r"]["data"]["text/plain"])
+            text = ast.literal_eval(content["user_expressions"]["r"]["data"]["text/plain"])
             out = json.loads(text)
             if not isinstance(out, dict):
                 raise ValueError("not an object")
         except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError):
-            return {"error": "the kernel gave no readable answer (did the notebook change how the kernel runs code?)"}
+            why = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else \
+                str(content.get("user_expressions", {}).get("r", {}).get("evalue", "no value"))[:200]
+            return {"error": f"the kernel gave no readable answer ({why}; did the notebook change how the kernel "
+                             "runs code?)"}
         return out
 
     def _death_message(self, timeout: float, interrupted: bool) -> str:

@@ -13,12 +13,8 @@ from __future__ import annotations
 from ...layout import PRESETS, Layout, ModelSpec, even_layout, stage_costs
 from ...schedules import build_schedule
 from ...sim import simulate
-from ..labs.live import (  # noqa: F401 -- live-object checks and the grader-run job (live.py)
-    GRAD_RUN,
-    check_build_stage,
-    check_grad_run,
-    grader_run,
-)
+from ..labs.grader_runs import GRAD_RUN, check_grad_run, grader_run  # noqa: F401 -- the grader's own job
+from ..labs.live import check_build_stage  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from .common import (
     call,
     check,

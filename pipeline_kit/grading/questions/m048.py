@@ -20,7 +20,7 @@ from .common import (
     fail,
 )
 from .m047 import cfg_from_run
-from ..labs import live
+from ..labs import grader_runs
 from ..labs.live import (  # noqa: F401 -- live-object checks (live.py)
     check_last_stage,
     check_log_tensor,
@@ -50,9 +50,9 @@ def kit_logged_loss(cfg, m, mbs) -> float:
 @check
 def check_logged_loss(fn, run=None, run_args=None, cases=()) -> None:
     todo = list(cases)
-    if run_args is not None:  # the notebook's run; while grading, the grader's own run of live.GRAD_RUN
-        run = live.logged_loss_run(run)
-        todo.insert(0, cfg_from_run(live.GRAD_RUN))
+    if run_args is not None:  # the notebook's run; while grading, the grader's own run of GRAD_RUN
+        run = grader_runs.logged_loss_run(run)
+        todo.insert(0, cfg_from_run(grader_runs.GRAD_RUN))
     for i, (cfg, mbs, m) in enumerate(todo):
         what = f"logged_loss(<cfg layers={cfg.layers}, hidden={cfg.hidden}>, {m}, {mbs})"
         got = expect_number(call(fn, cfg, m, mbs, name="logged_loss"), what)
