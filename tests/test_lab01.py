@@ -126,3 +126,14 @@ def test_a_str_that_equals_everything_is_refused():
 
     with pytest.raises(LabCheckFailed, match="choose_schedule"):
         lab01.check_selection(lambda pp, vpp=None: Always("1f1b"), [(1, None)])
+
+
+def test_the_check_modules_import_neither_torch_nor_matplotlib():
+    """The grader imports every lab's checks; torch and matplotlib load only inside the checks that need them."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from pipeline_kit.grading.labs import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'matplotlib'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ...schedules import build_schedule
 from ...sim import simulate
-from ...viz import Timeline
+from ...trace import Timeline
 from ..timeline import GridError, check_timeline, parse_grid
 from .common import (
     call,

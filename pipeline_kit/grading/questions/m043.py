@@ -16,7 +16,7 @@ import re
 
 from ...schedules import Op, OpParseError, Schedule, ScheduleError, ScheduleTextError, one_f_one_b, validate
 from ...sim import simulate
-from ...viz import Timeline
+from ...trace import Timeline
 from .common import (
     call,
     check,

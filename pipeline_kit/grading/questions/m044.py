@@ -17,7 +17,7 @@ from ...layout import PRESETS, boundary_bytes, decompose_speedup, even_layout, s
 from ...layout.measure import service_times, simulate_from_trace, stage_fwd_bwd
 from ...schedules import build_schedule
 from ...sim import SimResult, simulate
-from ...viz import Timeline
+from ...trace import Timeline
 from .common import (
     call,
     check,

@@ -22,7 +22,7 @@ from ...layout import (
 from ...layout.measure import StageService, simulate_from_trace, stage_fwd_bwd
 from ...schedules import build_schedule
 from ...sim import simulate
-from ...viz import Timeline
+from ...trace import Timeline
 from .common import (
     call,
     check,

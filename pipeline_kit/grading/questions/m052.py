@@ -13,7 +13,7 @@ from ...layout import PRESETS, ModelSpec, even_layout, parse_layout, stage_costs
 from ...layout.costs import layer_activation_bytes, layer_params, loss_params
 from ...schedules import interleaved_warmup
 from ...sim import SimResult, simulate
-from ...viz import Timeline, live_activations
+from ...trace import Timeline, live_activations
 from .common import (
     call,
     check,
