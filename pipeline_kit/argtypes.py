@@ -20,6 +20,17 @@ class UsageError(Exception):
     """A bad argument detected after parsing (e.g. a configuration a schedule refuses)."""
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows every option's default value (options without one, or off by default, show none)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        if action.option_strings and shown and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 _LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 
 

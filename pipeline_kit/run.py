@@ -15,7 +15,15 @@ import time
 import traceback
 from dataclasses import replace
 
-from .argtypes import OneLineParser, float_list, int_at_most, one_line, positive_float, timeout_seconds
+from .argtypes import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    float_list,
+    int_at_most,
+    one_line,
+    positive_float,
+    timeout_seconds,
+)
 from .limits import MAX_SEED
 from .schedules import CHUNKED, SCHEDULES, ScheduleConfigError, build_schedule, describe, validate
 
@@ -25,25 +33,27 @@ QUIET_RANK_WAIT_S = 10.0  # how long a rank other than 0 waits to be stopped bef
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="torchrun ... -m pipeline_kit.run",
-                      description="Run a pipeline schedule on real processes (pp = number of ranks).")
-    p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b")
-    p.add_argument("--microbatches", "-m", type=int_at_most("MAX_MICROBATCHES", "microbatches"), default=8)
+                      description="Run a pipeline schedule on real processes (pp = number of ranks).",
+                      formatter_class=DefaultsHelpFormatter)
+    p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="the schedule every rank runs")
+    p.add_argument("--microbatches", "-m", type=int_at_most("MAX_MICROBATCHES", "microbatches"), default=8,
+                   help="microbatches per step (M)")
     p.add_argument("--chunks", "-v", type=int_at_most("MAX_CHUNKS", "chunks per rank"), default=None,
                    help=f"model chunks per rank ({', '.join(CHUNKED)}; default 2)")
-    p.add_argument("--layers", type=int_at_most("MAX_LAYERS", "layers"), default=8)
-    p.add_argument("--hidden", type=MODEL_DIM, default=64)
-    p.add_argument("--heads", type=MODEL_DIM, default=4)
-    p.add_argument("--seq-len", type=MODEL_DIM, default=32)
-    p.add_argument("--micro-batch-size", type=MODEL_DIM, default=2)
-    p.add_argument("--vocab", type=MODEL_DIM, default=256)
+    p.add_argument("--layers", type=int_at_most("MAX_LAYERS", "layers"), default=8, help="decoder layers of the model")
+    p.add_argument("--hidden", type=MODEL_DIM, default=64, help="hidden size h")
+    p.add_argument("--heads", type=MODEL_DIM, default=4, help="attention heads")
+    p.add_argument("--seq-len", type=MODEL_DIM, default=32, help="sequence length s")
+    p.add_argument("--micro-batch-size", type=MODEL_DIM, default=2, help="sequences per microbatch b")
+    p.add_argument("--vocab", type=MODEL_DIM, default=256, help="vocabulary size V")
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
     p.add_argument("--layout", metavar="LAYOUT",
                    help="Megatron-style layout, e.g. 'Et*3|t*2|t*2|tL': stage k on rank k %% pp, chunk k // pp "
                         "(on a V -- zbv, dualpipev -- stages pp..2pp-1 run back up from rank pp-1 to rank 0; "
                         "default: the even split)")
-    p.add_argument("--seed", type=_seed, default=1234)
-    p.add_argument("--steps", type=int_at_most("MAX_STEPS", "steps"), default=3)
-    p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate (default 0.5)")
+    p.add_argument("--seed", type=_seed, default=1234, help="seed of the weights and the data")
+    p.add_argument("--steps", type=int_at_most("MAX_STEPS", "steps"), default=3, help="training steps")
+    p.add_argument("--lr", type=positive_float, default=0.5, help="SGD learning rate")
     p.add_argument("--check-grads", action="store_true",
                    help="after step 1, compare every gradient with a single-process reference")
     p.add_argument("--synthetic-compute", type=float_list, default=None, metavar="F_MS,B_MS[,W_MS]",
@@ -52,7 +62,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--trace", metavar="FILE", help="write every op's and P2P wait's start/end (last step) as JSON")
     p.add_argument("--json", metavar="FILE", help="write the run's summary as JSON")
     p.add_argument("--p2p-timeout", type=timeout_seconds, default=60.0, metavar="S",
-                   help="seconds any P2P wait may take before the run is stopped with a diagnosis (default 60)")
+                   help="seconds any P2P wait may take before the run is stopped with a diagnosis")
     p.add_argument("--verbose-p2p", action="store_true", help="print every send and receive as it happens")
     p.add_argument("--inject", metavar="FAULT", help="skip-send:rank=R,mb=K or crash:rank=R,mb=K")
     p.add_argument("--backend", choices=["gloo", "nccl"], default=None, help="default: chosen from the hardware")

@@ -1,16 +1,28 @@
-"""Helpers for the lab tests: grade the solution, the untouched lab, and solutions with one answer made wrong."""
+"""Helpers for the lab tests: grade a solution with some answers replaced, and say exactly which checks lose.
+
+Each lab's test file grades *one* notebook carrying all the lab's independent typical wrong answers (and some
+equivalent right answers written differently), and asserts that exactly the checks they break lose their
+points, each with its own feedback.  The real ``torchrun`` jobs of those gradings are replayed from
+``tests/data/torchrun`` (:mod:`pipeline_kit.launch`): the jobs are not what those tests test, and the
+solutions' full-marks gradings and nbval run them for real.  Refresh the recordings with
+``PIPELINE_KIT_TORCHRUN_RECORD=1 python -m pytest tests/test_lab0*.py -k wrong_answers``.
+"""
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
 
 from pipeline_kit.grading.notebook import grade, nbgrader_meta
+from pipeline_kit.launch import REPLAY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 LABS = ROOT / "labs"
+RECORDINGS = ROOT / "tests" / "data" / "torchrun"
 
 
 def lab_names() -> list[str]:
@@ -34,8 +46,24 @@ def with_answers(tmp_path: Path, lab: str, answers: dict[str, str], name: str = 
     return path
 
 
+@contextmanager
+def replayed_torchrun():
+    """``pipeline_kit.launch.torchrun`` replays the recorded jobs (and runs any other for real) meanwhile."""
+    old = os.environ.get(REPLAY_ENV)
+    os.environ[REPLAY_ENV] = str(RECORDINGS)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(REPLAY_ENV, None)
+        else:
+            os.environ[REPLAY_ENV] = old
+
+
 def grade_answers(tmp_path: Path, lab: str, answers: dict[str, str], timeout: float = 60.0):
-    return grade(with_answers(tmp_path, lab, answers), timeout=timeout)
+    """Grade the solution of ``lab`` with ``answers`` in place of its answer cells, torchrun jobs replayed."""
+    with replayed_torchrun():
+        return grade(with_answers(tmp_path, lab, answers), timeout=timeout)
 
 
 def assert_partial(report, failing: dict[str, str]) -> None:

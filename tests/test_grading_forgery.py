@@ -26,23 +26,7 @@ LAB1, LAB4, LAB6 = "lab01_schedule_selection", "lab04_1f1b_generator", "lab06_st
 
 # Test cells that still read a given cell's variable (the student can overwrite it): part B converts them to
 # take the data from the lab module.  The test fails when this list is stale in either direction.
-GIVEN_DATA_TO_CONVERT = {
-    "lab03_bubble": {("m044_main_profile", "trace"), ("m044_follow_plan", "trace")},
-    "lab05_p2p": {("m046_main_bytes", "RUN"), ("m053_main_fields", "RUN"), ("m053_main_fields", "stderr"),
-                  ("m053_follow_mechanism", "RUN"), ("m053_follow_mechanism", "stderr"),
-                  ("m053_follow_propagation", "stderr")},
-    "lab06_stages": {("m047_main_imbalance", "SEED_CFG"), ("m047_main_costs", "GRAD_RUN"),
-                     ("m047_main_costs", "grad_run"), ("m048_main_logging", "GRAD_RUN"),
-                     ("m048_main_logging", "grad_run")},
-    "lab07_imbalance": {("m049_main_metrics", "trace"), ("m049_main_critical_path", "trace"),
-                        ("m049_main_experiment", "baseline_args"), ("m049_main_experiment", "trace"),
-                        ("m049_follow_per_microbatch", "moe"), ("m049_follow_per_microbatch", "trace"),
-                        ("m049_follow_dynamic", "moe"), ("m049_follow_dynamic", "trace"),
-                        ("m050_main_metrics_risk", "best"), ("m050_main_metrics_risk", "even"),
-                        ("m050_follow_time_idle", "best"), ("m050_follow_time_idle", "even"),
-                        ("m054_follow_trace", "seed8")},
-    "lab08_interleaved": {("m052_main_measurement", "summary")},
-}
+GIVEN_DATA_TO_CONVERT: dict = {}  # every test cell now takes given data from its check module
 
 
 def _cli(*args, timeout=300, **kw):

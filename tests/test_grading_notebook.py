@@ -121,7 +121,7 @@ def test_dead_kernel_costs_only_the_cells_that_needed_it(tmp_path):
 
 def test_wrong_type_is_named(tmp_path):
     report = grade_answers(tmp_path, LAB1, {"megatron_function": "megatron_function = 'forward_backward'"})
-    assert_partial(report, {"m041_main_source": "megatron_function must be dict, got str"})
+    assert_partial(report, {"m041_main_source": "megatron_function must be a dict keyed by family"})
 
 
 def test_deleted_answer_cell_and_edited_tests(tmp_path):

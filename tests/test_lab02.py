@@ -23,7 +23,8 @@ def fails(func, *args, match: str) -> None:
 # -- fast: the check functions themselves -------------------------------------------------------------
 
 def test_right_answers_pass():
-    lab02.check_orders(GPIPE, ONE_F_ONE_B)
+    lab02.check_gpipe_order(GPIPE)
+    lab02.check_1f1b_order(ONE_F_ONE_B)
     lab02.check_dependencies(ONE_F_ONE_B)
     lab02.check_peaks({"gpipe": [8, 8, 8, 8], "1f1b": [4, 3, 2, 1]})
     lab02.check_bubble({"gpipe": [6] * 4, "1f1b": [6] * 4}, {"gpipe": 0.273, "1f1b": 0.2727})
@@ -38,13 +39,12 @@ def test_right_answers_pass():
 
 
 def test_drawings():
-    fails(lab02.check_orders, GPIPE, GPIPE, match="one_f_one_b_grid runs the GPipe order")
-    fails(lab02.check_orders, ONE_F_ONE_B, GPIPE, match="the two drawings are swapped")
-    fails(lab02.check_orders, "r0:\nr1:\nr2:\nr3:\n", ONE_F_ONE_B, match="gpipe_grid has no ops yet")
-    fails(lab02.check_orders, GPIPE.replace("B6 B7 .  .  .", "B6 .  .  .  ."), ONE_F_ONE_B,
-          match="rank 3 never runs B7")
+    fails(lab02.check_1f1b_order, GPIPE, match="one_f_one_b_grid runs the GPipe order")
+    fails(lab02.check_gpipe_order, ONE_F_ONE_B, match="gpipe_grid runs the 1F1B order .* swapped")
+    fails(lab02.check_gpipe_order, "r0:\nr1:\nr2:\nr3:\n", match="gpipe_grid has no ops yet")
+    fails(lab02.check_gpipe_order, GPIPE.replace("B6 B7 .  .  .", "B6 .  .  .  ."), match="rank 3 never runs B7")
     early = ONE_F_ONE_B.replace("r2: .  .  F0 F1 .  B0", "r2: .  .  F0 F1 B0 .")
-    lab02.check_orders(GPIPE, early)  # the order is right; only the timing is wrong
+    lab02.check_1f1b_order(early)  # the order is right; only the timing is wrong
     fails(lab02.check_dependencies, early, match=r"rank 2, slot 5: B0 is too early .* the earliest slot for it is 6")
     lazy = timeline_grid(simulate(build_schedule("1f1b", 4, 8), fwd=1, bwd=1, p2p_latency=1))
     fails(lab02.check_dependencies, lazy, match="avoidable idle")
@@ -80,29 +80,27 @@ def test_measurements():
     fails(lab02.check_slow_stage, 6, [9, 9, 7, 9], match="the slowness propagates")
 
 
-# -- whole notebooks: one wrong answer costs exactly its checks -------------------------------------------
+# -- one whole notebook: each wrong answer costs exactly its checks ---------------------------------------
 
-def test_gpipe_order_drawn_for_1f1b(tmp_path):
-    report = grade_answers(tmp_path, LAB, {"one_f_one_b_grid": f'one_f_one_b_grid = """\n{GPIPE}"""'})
-    assert_partial(report, {"m042_main_order": "one_f_one_b_grid runs the GPipe order"})
-
-
-def test_backward_drawn_before_its_gradient_arrives(tmp_path):
+def test_typical_wrong_answers(tmp_path):
+    """Swapped drawings, a backward drawn too early, the 'current microbatch' myth, B0 on rank 0 and a warmup
+    one too long -- and Fraction / numpy answers, which are right."""
     early = ONE_F_ONE_B.replace("r2: .  .  F0 F1 .  B0", "r2: .  .  F0 F1 B0 .")
-    report = grade_answers(tmp_path, LAB, {"one_f_one_b_grid": f'one_f_one_b_grid = """\n{early}"""'})
-    assert_partial(report, {"m043_follow_dependencies": "rank 2, slot 5: B0 is too early"})
-
-
-def test_only_the_current_microbatch_myth(tmp_path):
-    report = grade_answers(tmp_path, LAB, {"peak_live": 'peak_live = {"gpipe": [8, 8, 8, 8], "1f1b": [1, 1, 1, 1]}'})
-    assert_partial(report, {"m042_main_activations": "does not keep only the current microbatch"})
-
-
-def test_earliest_backward_on_rank_0_and_warmup_off_by_one(tmp_path):
-    wrong = ("f0_slots = [1, 2, 3, 4]\n"
-             "earliest_backward = {'op': 'B0', 'rank': 0, 'slot': 8}\n"
-             "rank0_warmup = 4\n"
-             "rank0_b0_slot = 8\n")
-    report = grade_answers(tmp_path, LAB, {"reading": wrong})
-    assert_partial(report, {"m043_follow_earliest_b0": "only the last stage (rank 3) computes",
+    answers = {
+        "gpipe_grid": f'gpipe_grid = """\n{ONE_F_ONE_B}"""',
+        "one_f_one_b_grid": f'one_f_one_b_grid = """\n{early}"""',
+        "peak_live": 'peak_live = {"gpipe": [8, 8, 8, 8], "1f1b": [1, 1, 1, 1]}',
+        "bubble": ("from fractions import Fraction\nimport numpy as np\n"
+                   'idle_slots = {"gpipe": np.array([6, 6, 6, 6]), "1f1b": [np.int64(6)] * 4}\n'
+                   'bubble_fraction = {"gpipe": Fraction(3, 11), "1f1b": np.float64(3 / 11)}'),
+        "reading": ("f0_slots = [1, 2, 3, 4]\n"
+                    "earliest_backward = {'op': 'B0', 'rank': 0, 'slot': 8}\n"
+                    "rank0_warmup = 4\n"
+                    "rank0_b0_slot = 8\n"),
+    }
+    report = grade_answers(tmp_path, LAB, answers)
+    assert_partial(report, {"m042_main_gpipe_order": "gpipe_grid runs the 1F1B order",
+                            "m043_follow_dependencies": "rank 2, slot 5: B0 is too early",
+                            "m042_main_activations": "does not keep only the current microbatch",
+                            "m043_follow_earliest_b0": "only the last stage (rank 3) computes",
                             "m043_follow_stage0_warmup": "the first of the steady state"})

@@ -6,6 +6,7 @@ import pytest
 from lab_grading import assert_partial, grade_answers
 
 from pipeline_kit.grading.labs import lab03
+from pipeline_kit.grading.questions import m045
 from pipeline_kit.grading.labs.common import LabCheckFailed
 from pipeline_kit.layout import PRESETS, boundary_bytes, even_layout, stage_costs
 from pipeline_kit.schedules import build_schedule
@@ -14,9 +15,12 @@ from pipeline_kit.sim import simulate
 LAB = "lab03_bubble"
 
 
-# -- whole notebook, graded (each runs the lab, torchrun included) -----------------------------
-def test_over_ideal_used_as_step_share(tmp_path):
-    wrong = """
+# -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
+def test_typical_wrong_answers(tmp_path):
+    """(pp-1)/M for the idle share, the measured makespan as 'achievable', GPipe's memory, b as a confounder --
+    and pp8 rounded to 3 decimals (0.438 for 7/16), which is right."""
+    answers = {
+        "formula": """
 from fractions import Fraction
 def makespan(pp, microbatches, f, b):
     return (microbatches + pp - 1) * (f + b)
@@ -24,43 +28,33 @@ def bubble_fraction(pp, microbatches):
     return Fraction(pp - 1, microbatches)
 def bubble_over_ideal(pp, microbatches):
     return Fraction(pp - 1, microbatches)
-"""
-    report = grade_answers(tmp_path, LAB, {"formula": wrong}, timeout=180)
-    assert_partial(report, {"m044_main_formula": "bubble over the *ideal* time"})
-
-
-def test_plan_copies_the_measured_makespan(tmp_path):
-    wrong = """
+""",
+        "number": 'pp8 = {"bubble": 0.304, "utilisation": 0.696, "bubble_over_ideal": 0.438}',
+        "timeline_plan": """
 def timeline_plan(trace):
     fwd, bwd, _ = stage_fwd_bwd(service_times(trace))
     chunks = trace["chunks"]
     sched = build_schedule(trace["schedule"], trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
     balanced = simulate(sched, fwd=sum(fwd) / len(fwd) * chunks, bwd=sum(bwd) / len(bwd) * chunks)
     return {"measured": trace["makespan"], "achievable": trace["makespan"], "balanced": balanced.makespan}
-"""
-    report = grade_answers(tmp_path, LAB, {"timeline_plan": wrong}, timeout=180)
-    assert_partial(report, {"m044_follow_plan": "that is the measured makespan"})
-
-
-def test_gpipe_memory_at_fixed_gbs(tmp_path):
-    wrong = """
+""",
+        "fixed_gbs": """
 def fixed_gbs_point(pp, gbs, M, alpha, beta):
     b = gbs / M
     f = alpha + beta * b
     result = simulate(build_schedule("1f1b", pp, M), fwd=f, bwd=2 * f)
     return {"step_time": result.makespan, "peak_sequences": M * b}
-"""
-    report = grade_answers(tmp_path, LAB, {"fixed_gbs": wrong}, timeout=180)
-    assert_partial(report, {"m045_main_memory": "GPipe's peak"})
-
-
-def test_micro_batch_size_listed_as_confounder(tmp_path):
-    wrong = """
+""",
+        "confounders": """
 def confounders(run_a, run_b):
     return {k for k in run_a if k != "microbatches" and run_a[k] != run_b[k]}
-"""
-    report = grade_answers(tmp_path, LAB, {"confounders": wrong}, timeout=180)
-    assert_partial(report, {"m045_main_design": "part of the treatment"})
+""",
+    }
+    report = grade_answers(tmp_path, LAB, answers, timeout=180)
+    assert_partial(report, {"m044_main_bubble_fraction": "bubble over the *ideal* time",
+                            "m044_follow_plan": "that is the measured makespan",
+                            "m045_main_memory": "GPipe's peak",
+                            "m045_main_design": "part of the treatment"})
 
 
 # -- the checks themselves, called directly (milliseconds) ------------------------------------
@@ -71,15 +65,18 @@ def right_formula():
 
 def test_formula_right_and_wrong_terms():
     makespan, frac, over = right_formula()
-    lab03.check_formula(makespan, frac, over, [(4, 8), (2, 1), (8, 4)])
+    lab03.check_makespan(makespan, [(4, 8), (2, 1), (8, 4)])
+    lab03.check_bubble_fraction(frac, [(4, 8), (2, 1), (8, 4)])
+    lab03.check_bubble_over_ideal(over, [(4, 8), (2, 1), (8, 4)])
+    lab03.check_bubble_fraction(lambda pp, m: (pp - 1) / (m + pp - 1), [(4, 8)])  # a float is as good
     with pytest.raises(LabCheckFailed, match="pp instead of pp-1"):
-        lab03.check_formula(makespan, lambda pp, m: Fraction(pp, m + pp - 1), over, [(4, 8)])
+        lab03.check_bubble_fraction(lambda pp, m: Fraction(pp, m + pp - 1), [(4, 8)])
     with pytest.raises(LabCheckFailed, match="M\\+pp instead of M\\+pp-1"):
-        lab03.check_formula(makespan, lambda pp, m: Fraction(pp - 1, m + pp), over, [(4, 8)])
+        lab03.check_bubble_fraction(lambda pp, m: Fraction(pp - 1, m + pp), [(4, 8)])
     with pytest.raises(LabCheckFailed, match="drain is missing"):
-        lab03.check_formula(lambda pp, m, f, b: m * (f + b) + (pp - 1) * f, frac, over, [(4, 8)])
+        lab03.check_makespan(lambda pp, m, f, b: m * (f + b) + (pp - 1) * f, [(4, 8)])
     with pytest.raises(LabCheckFailed, match="idle share of the step"):
-        lab03.check_formula(makespan, frac, frac, [(4, 8)])
+        lab03.check_bubble_over_ideal(frac, [(4, 8)])
 
 
 def test_assumptions_flip_is_explained():
@@ -100,6 +97,20 @@ def test_pp8_percentages_and_mixed_definitions():
         lab03.check_pp8({**right, "bubble": 30.43})
     with pytest.raises(LabCheckFailed, match="mixes the definitions"):
         lab03.check_pp8({**right, "utilisation": 1 - 7 / 16})
+
+
+def test_pp8_rounding():
+    """Any value rounded correctly to the decimals it shows (at least 3) is right; a wrong rounding is a
+    precision issue, not a wrong definition."""
+    import numpy as np
+    lab03.check_pp8({"bubble": 0.304, "utilisation": 0.6957, "bubble_over_ideal": 0.438})
+    lab03.check_pp8({"bubble": Fraction(7, 23), "utilisation": np.float32(16 / 23), "bubble_over_ideal": 0.4375})
+    with pytest.raises(LabCheckFailed, match="rounded the wrong way .* precision issue"):
+        lab03.check_pp8({"bubble": 0.305, "utilisation": 0.696, "bubble_over_ideal": 0.438})
+    with pytest.raises(LabCheckFailed, match="give at least 3 .*precision issue"):
+        lab03.check_pp8({"bubble": 0.3, "utilisation": 0.696, "bubble_over_ideal": 0.438})
+    with pytest.raises(LabCheckFailed, match="the other definition"):
+        lab03.check_pp8({"bubble": 0.438, "utilisation": 0.696, "bubble_over_ideal": 0.438})
 
 
 def test_losses_scaled_by_parameters():
@@ -182,7 +193,7 @@ def test_follow_up_choices():
         lab03.check_methods({"mechanism": "fixed_b", "production": "fixed_gbs"})
     with pytest.raises(LabCheckFailed, match="not the bubble|mechanism under study"):
         lab03.check_confounder("bubble", 1.0)
-    _, _, fixed_gbs = lab03._sweeps()
+    _, _, fixed_gbs = m045._sweeps()
     best = max(fixed_gbs, key=fixed_gbs.get)
     lab03.check_conclusion({"fixed_b": True, "fixed_gbs": False}, best)
     with pytest.raises(LabCheckFailed, match="holds in one scheme only"):

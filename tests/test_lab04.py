@@ -100,52 +100,40 @@ def test_memory_and_deadlock():
     fails(lab04.check_p2p_memory, lambda pp, m, r: min(pp - r, m), local, CASES, match="stuck on one rank")
 
 
-# -- whole notebooks: one wrong answer costs exactly its checks -------------------------------------------
+def test_same_warmup_on_every_rank_misses_the_order():
+    fails(lab04.check_order, order_with(lambda pp, m, r: min(pp - 1, m)), [(4, 8)],
+          match="rank 1 runs 4 forwards before its first backward")
 
-def test_warmup_one_too_many(tmp_path):
-    wrong = """
+
+# -- one whole notebook: each wrong answer costs exactly its checks ---------------------------------------
+
+def test_typical_wrong_answers(tmp_path):
+    """A warmup one too long, an order without the cap at M (so it fails only hidden cases), and a peak that
+    counts only the warmup -- each in its own answer cell, each costing its own check."""
+    answers = {
+        "phases": """
 def one_f_one_b_phases(pp, microbatches, rank):
     warmup = min(pp - rank, microbatches)
     steady = []
     for i in range(microbatches - warmup):
         steady += [f"F{warmup + i}", f"B{i}"]
     return [f"F{m}" for m in range(warmup)], steady, [f"B{m}" for m in range(microbatches - warmup, microbatches)]
-"""
-    report = grade_answers(tmp_path, LAB, {"phases": wrong})
-    assert_partial(report, {"m043_main_warmup": "one too many"})
-
-
-def test_same_warmup_on_every_rank_deadlocks_nothing_but_misses_the_order(tmp_path):
-    wrong = """
-def one_f_one_b_order(pp, microbatches, rank):
-    warmup = min(pp - 1, microbatches)
-    order = [f"F{m}" for m in range(warmup)]
-    for m in range(warmup, microbatches):
-        order += [f"F{m}", f"B{m - warmup}"]
-    return order + [f"B{m}" for m in range(microbatches - warmup, microbatches)]
-"""
-    report = grade_answers(tmp_path, LAB, {"order": wrong})
-    assert_partial(report, {"m043_main_dependencies": "rank 1 runs 4 forwards before its first backward"})
-
-
-def test_hard_coded_visible_cases_fail_the_hidden_ones(tmp_path):
-    wrong = """
+""",
+        "order": """
 def one_f_one_b_order(pp, microbatches, rank):
     order = [f"F{m}" for m in range(pp - rank - 1)]
     for m in range(pp - rank - 1, microbatches):
         order += [f"F{m}", f"B{m - (pp - rank - 1)}"]
     return order + [f"B{m}" for m in range(microbatches - (pp - rank - 1), microbatches)]
-"""
-    report = grade_answers(tmp_path, LAB, {"order": wrong})
-    assert_partial(report, {"m043_main_dependencies": "microbatches are numbered from 0"})
-
-
-def test_memory_counts_only_warmup_and_no_deadlock(tmp_path):
-    wrong = """
+""",
+        "p2p_memory": """
 def max_in_flight(pp, microbatches, rank):
     return min(pp - rank - 1, microbatches)
 
 deadlock_example = {"pp": 2, "microbatches": 2, "ranks": [["F0", "F1", "B0", "B1"], ["F0", "B0", "F1", "B1"]]}
-"""
-    report = grade_answers(tmp_path, LAB, {"p2p_memory": wrong})
-    assert_partial(report, {"m043_main_p2p_memory": "counts only the warmup forwards"})
+""",
+    }
+    report = grade_answers(tmp_path, LAB, answers)
+    assert_partial(report, {"m043_main_warmup": "one too many",
+                            "m043_main_dependencies": "microbatches are numbered from 0",
+                            "m043_main_p2p_memory": "counts only the warmup forwards"})

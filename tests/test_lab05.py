@@ -1,6 +1,6 @@
 """Lab 5 (M046, M053): typical wrong answers lose exactly their rubric points, with feedback that says why.
 
-The three notebook tests grade the whole lab, three real torchrun jobs included (about a minute each);
+The notebook test grades the whole lab once, its torchrun jobs replayed from recordings;
 the unit tests below call the check functions directly, on hang texts the runtime's own formatter
 writes for the waits the blocking model predicts (the same lines a real run prints; lab05's notebook
 checks that against real runs).
@@ -21,29 +21,18 @@ from pipeline_kit.sim.blocking_p2p import run_blocking, runtime_program
 LAB = "lab05_p2p"
 
 
-# -- whole-notebook tests: one typical wrong answer each ---------------------------------------------
-def test_naive_blocking_order_hangs(tmp_path):
-    wrong = '''def blocking_program(pp, microbatches, rank):
+# -- one whole notebook: each wrong answer costs exactly its checks ----------------------------------------
+def test_typical_wrong_answers(tmp_path):
+    """A blocking order that hangs, bytes without the element size (which the answers built on it inherit),
+    and a diagnosis that blames the victim of a hang -- the real torchrun jobs replayed."""
+    pairing = '''def blocking_program(pp, microbatches, rank):
     return runtime_program(build_schedule("1f1b", pp, microbatches), rank, send="send")
 '''
-    report = grade_answers(tmp_path, LAB, {"pairing": wrong})
-    assert_partial(report, {"m053_main_pairing": "both ranks block in a send"})
-
-
-def test_bytes_without_the_element_size(tmp_path):
-    wrong = '''def boundary_bytes(seq, mbs, hidden, dtype):
+    bytes_ = '''def boundary_bytes(seq, mbs, hidden, dtype):
     return seq * mbs * hidden
 real_send_bytes = 8192
 '''
-    report = grade_answers(tmp_path, LAB, {"bytes": wrong})
-    # enc_dec_boundary and varlen_step_bytes use the student's boundary_bytes, so they fail with it
-    assert_partial(report, {"m046_main_bytes": "is the number of elements; multiply by the bytes per element",
-                            "m046_main_multi": "bytes_per_microbatch", "m046_main_varlen": "varlen_step_bytes",
-                            "m046_follow_bytes": "the number of elements", "m046_follow_directions": "seed_link_bytes"})
-
-
-def test_blaming_the_rank_that_timed_out(tmp_path):
-    wrong = '''def diagnose(stderr_text):
+    follow_hang = '''def diagnose(stderr_text):
     # the rank that waited for an activation that never came
     for line in stderr_text.splitlines():
         if "P2P TIMEOUT" in line:
@@ -62,8 +51,13 @@ fixes = {"agree_before_schedule", "send_placeholder"}
 log_fields = {"rank", "peer", "stage", "chunk", "microbatch", "direction", "tag", "shape", "dtype", "sent_count",
               "received_count"}
 '''
-    report = grade_answers(tmp_path, LAB, {"follow_hang": wrong})
-    assert_partial(report, {"m053_follow_mechanism": "rank 2 is the victim"})
+    report = grade_answers(tmp_path, LAB, {"pairing": pairing, "bytes": bytes_, "follow_hang": follow_hang})
+    # enc_dec_boundary and varlen_step_bytes use the student's boundary_bytes, so they fail with it
+    assert_partial(report, {"m053_main_pairing": "both ranks block in a send",
+                            "m046_main_bytes": "is the number of elements; multiply by the bytes per element",
+                            "m046_main_multi": "bytes_per_microbatch", "m046_main_varlen": "varlen_step_bytes",
+                            "m046_follow_bytes": "the number of elements", "m046_follow_directions": "seed_link_bytes",
+                            "m053_follow_mechanism": "rank 2 is the victim"})
 
 
 # -- fast unit tests of the checks -----------------------------------------------------------------
@@ -145,22 +139,27 @@ def test_diagnose_torchrun_root_and_wrong_microbatch(sol):
 
 
 def test_predict_timeouts_wrong_answers():
-    only_victim = lambda pp, m, r, k: {r + 1: ("forward", k, r)}
+    def only_victim(pp, m, r, k):
+        return {r + 1: ("forward", k, r)}
     with pytest.raises(LabCheckFailed, match="misses rank 0: .* the stall spreads upstream"):
         lab05.check_predict_timeouts(only_victim, [(4, 8, 1, 3)])
-    same_mb = lambda pp, m, r, k: {q: (w[0], k, w[2]) for q, w in lab05.model_waits(pp, m, skip=(r, k)).items()}
+    def same_mb(pp, m, r, k):
+        return {q: (w[0], k, w[2]) for q, w in lab05.model_waits(pp, m, skip=(r, k)).items()}
     with pytest.raises(LabCheckFailed, match="that is microbatch 2, not 3"):
         lab05.check_predict_timeouts(same_mb, [(4, 8, 1, 3)])
 
 
 def test_blocking_program_wrong_answers():
-    naive = lambda pp, m, r: runtime_program(build_schedule("1f1b", pp, m), r, send="send")
+    def naive(pp, m, r):
+        return runtime_program(build_schedule("1f1b", pp, m), r, send="send")
     with pytest.raises(LabCheckFailed, match="circular wait: .*both ranks block in a send"):
         lab05.check_blocking_program(naive, [(2, 4)])
-    nonblocking = lambda pp, m, r: runtime_program(build_schedule("1f1b", pp, m), r)
+    def nonblocking(pp, m, r):
+        return runtime_program(build_schedule("1f1b", pp, m), r)
     with pytest.raises(LabCheckFailed, match="uses 'isend'"):
         lab05.check_blocking_program(nonblocking, [(2, 4)])
-    gpipe = lambda pp, m, r: runtime_program(build_schedule("gpipe", pp, m), r, send="send")
+    def gpipe(pp, m, r):
+        return runtime_program(build_schedule("gpipe", pp, m), r, send="send")
     with pytest.raises(LabCheckFailed, match="1F1B on rank 0 runs F0 F1 B0"):
         lab05.check_blocking_program(gpipe, [(2, 4)])
 
@@ -204,18 +203,22 @@ def test_m046_wrong_answers():
         lab05.check_crossing({"activation", "activation_grad", "labels"})
     with pytest.raises(LabCheckFailed, match="misses 'activation_grad'"):
         lab05.check_crossing({"activation"})
-    one_way = lambda pp, m: {("activation", k, s, s + 1) for k in range(m) for s in range(pp - 1)}
+    def one_way(pp, m):
+        return {("activation", k, s, s + 1) for k in range(m) for s in range(pp - 1)}
     with pytest.raises(LabCheckFailed, match="has no 'activation_grad' messages"):
         lab05.check_boundary_messages(one_way, [(2, 2)])
-    fp32 = lambda s, b, h, dtype: s * b * h * 4
+    def fp32(s, b, h, dtype):
+        return s * b * h * 4
     with pytest.raises(LabCheckFailed, match="uses float32's 4 bytes per element"):
         lab05.check_boundary_bytes(fp32, [(512, 1, 768, torch.bfloat16)])
     with pytest.raises(LabCheckFailed, match="not 16-bit values"):
         lab05.check_real_send(4096, ("--hidden", "32"))
-    dec_only = lambda se, sd, b, h, dt: {"forward": [(sd, b, h)], "backward": [(sd, b, h)], "bytes_per_microbatch": 0}
+    def dec_only(se, sd, b, h, dt):
+        return {"forward": [(sd, b, h)], "backward": [(sd, b, h)], "bytes_per_microbatch": 0}
     with pytest.raises(LabCheckFailed, match="cross-attention needs the encoder output"):
         lab05.check_enc_dec(dec_only, [(512, 128, 1, 768, torch.bfloat16)])
-    padded = lambda lens, b, h, dt, pp: 2 * (pp - 1) * len(lens) * max(lens) * b * h * 2
+    def padded(lens, b, h, dt, pp):
+        return 2 * (pp - 1) * len(lens) * max(lens) * b * h * 2
     with pytest.raises(LabCheckFailed, match="pads every microbatch to the longest"):
         lab05.check_varlen(padded, [([512, 384, 100, 512], 1, 768, torch.bfloat16, 4)])
     with pytest.raises(LabCheckFailed, match="trailing zeros are padding"):
@@ -232,13 +235,16 @@ def test_m046_follow_wrong_answers():
         lab05.check_seed_send(spec.seq_len * spec.hidden * 4)
     with pytest.raises(LabCheckFailed, match="only the activations"):
         lab05.check_seed_link(16 * spec.seq_len * spec.hidden * 2)
-    per_link = lambda pp, m, spec, chunks=1: 2 * m * spec.seq_len * spec.micro_batch_size * spec.hidden * 2
+    def per_link(pp, m, spec, chunks=1):
+        return 2 * m * spec.seq_len * spec.micro_batch_size * spec.hidden * 2
     with pytest.raises(LabCheckFailed, match="what one boundary link carries"):
         lab05.check_step_bytes(per_link, [(8, 16, "seed-pp8", 1)])
-    no_chunks = lambda pp, m, spec, chunks=1: 2 * m * (pp - 1) * spec.seq_len * spec.micro_batch_size * spec.hidden * 2
+    def no_chunks(pp, m, spec, chunks=1):
+        return 2 * m * (pp - 1) * spec.seq_len * spec.micro_batch_size * spec.hidden * 2
     with pytest.raises(LabCheckFailed, match="pp\\*v - 1 = 7 virtual-stage boundaries"):
         lab05.check_step_bytes(no_chunks, [(4, 8, "seed-pp8", 2)])
-    tp_always = lambda spec, tp, sp, cp: spec.seq_len // cp // tp * spec.micro_batch_size * spec.hidden * 2
+    def tp_always(spec, tp, sp, cp):
+        return spec.seq_len // cp // tp * spec.micro_batch_size * spec.hidden * 2
     with pytest.raises(LabCheckFailed, match="without sequence parallelism"):
         lab05.check_per_gpu(tp_always, [(8, False, 1)])
 
@@ -259,7 +265,8 @@ def test_m053_menus_and_stranded():
         lab05.check_log_fields(set(lab05.LOG_FIELDS) - {"tag"})
     with pytest.raises(LabCheckFailed, match="'loss'"):
         lab05.check_log_fields(set(lab05.LOG_FIELDS) | {"loss"})
-    with_crashed = lambda pp, m, r, k: {**lab05.model_waits(pp, m, crash=(r, k)), r: ("forward", k, r - 1)}
+    def with_crashed(pp, m, r, k):
+        return {**lab05.model_waits(pp, m, crash=(r, k)), r: ("forward", k, r - 1)}
     with pytest.raises(LabCheckFailed, match="crashed: it waits for nothing"):
         lab05.check_stranded(with_crashed, [(4, 8, 2, 1)])
 
@@ -274,3 +281,14 @@ def test_model_matches_the_real_counts_of_the_book_example():
             for r, a, b in re.findall(r"\[rank (\d+)\] P2P TIMEOUT:.*?(\d+) received, (\d+) sent", out)}
     assert real == lab05.model_counts(4, 8, (1, 3))
     assert isinstance(run_blocking, type(lab05.run_blocking))
+
+
+def test_run_help_shows_the_defaults_the_labs_send_students_to():
+    """Labs 5 and 6 say the run's defaults are in `python -m pipeline_kit.run --help`: they are."""
+    from pipeline_kit.run import build_parser
+    text = " ".join(build_parser().format_help().split("options:", 1)[1].split())
+    for option, default in (("--seq-len SEQ_LEN", 32), ("--micro-batch-size MICRO_BATCH_SIZE", 2),
+                            ("--hidden HIDDEN", 64), ("--vocab VOCAB", 256), ("--layers LAYERS", 8),
+                            ("--p2p-timeout S", 60.0)):
+        after = text.split(option, 1)[1]
+        assert f"(default: {default})" in after.split(" --", 1)[0], (option, after[:160])

@@ -1,6 +1,6 @@
 """Lab 6 (M047, M048): typical wrong answers lose exactly their rubric points, with feedback that says why.
 
-The three notebook tests grade the whole lab, a real 4-process torchrun included (about 40 s each);
+The notebook test grades the whole lab once, its 4-process torchrun job replayed from a recording;
 the unit tests below call the check functions directly with right and wrong answers.
 """
 
@@ -11,14 +11,17 @@ import torch
 from lab_grading import SOLUTIONS, assert_partial, grade_answers
 
 from pipeline_kit.grading.labs import lab06
+from pipeline_kit.grading.questions import m047
 from pipeline_kit.grading.labs.common import LabCheckFailed
 
 LAB = "lab06_stages"
 
 
-# -- whole-notebook tests: one typical wrong answer each ---------------------------------------------
-def test_loss_not_divided_by_m(tmp_path):
-    wrong = '''def pipeline_step(stages, tokens, targets):
+# -- one whole notebook: each wrong answer costs exactly its checks ----------------------------------------
+def test_typical_wrong_answers(tmp_path):
+    """The loss not divided by M, a layout that loads the endpoints, an endpoint count without the position
+    table -- each in its own answer cell; the real torchrun job replayed."""
+    last_stage = '''def pipeline_step(stages, tokens, targets):
     logged = 0.0
     for x, y in zip(tokens, targets):
         inputs, outputs = [], []
@@ -35,12 +38,7 @@ def test_loss_not_divided_by_m(tmp_path):
             outputs[s].backward(inputs[s + 1].grad)
     return logged
 '''
-    report = grade_answers(tmp_path, LAB, {"last_stage": wrong}, timeout=120)
-    assert_partial(report, {"m048_main_scaling": "divide each microbatch's loss by M = 3"})
-
-
-def test_layout_with_heavier_endpoints(tmp_path):
-    wrong = '''def cost_table(spec, pp):
+    costs = '''def cost_table(spec, pp):
     costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
     return {"params": [c.params for c in costs], "fwd_flops": [c.fwd_flops for c in costs],
             "activation_bytes": [c.activation_bytes for c in costs]}
@@ -48,12 +46,7 @@ my_layout = "Et*2|t|t|t*2L"
 run_model = ModelSpec(vocab=256, seq_len=32, hidden=32, heads=4, layers=6, micro_batch_size=2)
 my_layout_params = [c.params for c in stage_costs(parse_layout(my_layout), run_model, 4)]
 '''
-    report = grade_answers(tmp_path, LAB, {"costs": wrong}, timeout=120)
-    assert_partial(report, {"m047_main_costs": "give each of them fewer decoder layers"})
-
-
-def test_endpoint_extra_without_position_table(tmp_path):
-    wrong = '''seed_spec = PRESETS["seed-pp8"][0]
+    follow_stages = '''seed_spec = PRESETS["seed-pp8"][0]
 baseline_layers = seed_spec.layers // 8
 baseline_params = cost_table(seed_spec, 8)["params"][1]
 def endpoint_extra(spec):
@@ -72,8 +65,11 @@ def decide_by_time(spec, pp, microbatches):
     return {"by_params": params.index(max(params)), "by_time": flops.index(max(flops)),
             "makespan_ratio": slow / simulate(schedule, fwd=1, bwd=2).makespan}
 '''
-    report = grade_answers(tmp_path, LAB, {"follow_stages": wrong}, timeout=120)
-    assert_partial(report, {"m047_follow_ends": "also holds the position embedding"})
+    report = grade_answers(tmp_path, LAB, {"last_stage": last_stage, "costs": costs, "follow_stages": follow_stages},
+                           timeout=120)
+    assert_partial(report, {"m048_main_scaling": "divide each microbatch's loss by M = 3",
+                            "m047_main_costs": "give each of them fewer decoder layers",
+                            "m047_follow_ends": "also holds the position embedding"})
 
 
 # -- fast unit tests of the checks -----------------------------------------------------------------
@@ -131,7 +127,7 @@ def test_construction_wrong_answers(sol):
         lab06.check_stage_parts(lambda s, n, layers: {**sol["stage_parts"](s, n, layers), "embedding": True},
                                 [(1, 4, 8)])
     with pytest.raises(LabCheckFailed, match="build the stage yourself"):
-        lab06.check_build_stage(lambda cfg, s, n: lab06._kit_stage(cfg, s, n), [(lab06.small_cfg(layers=4), 2)])
+        lab06.check_build_stage(lambda cfg, s, n: m047._kit_stage(cfg, s, n), [(lab06.small_cfg(layers=4), 2)])
 
     class Everything(torch.nn.Module):
         def __init__(self, cfg, stage, n):
@@ -194,7 +190,8 @@ def test_follow_up_stage_wrong_answers(sol):
         lab06.check_tied(minus_copy, [(cfg, 3)])
     with pytest.raises(LabCheckFailed, match="the unique count is"):
         lab06.check_tied(lambda c, n: (sol["tied_counts"](c, n)[0], sum(sol["tied_counts"](c, n)[0])), [(cfg, 3)])
-    by_params = lambda spec, pp, m: {**sol["decide_by_time"](spec, pp, m), "by_time": 0}
+    def by_params(spec, pp, m):
+        return {**sol["decide_by_time"](spec, pp, m), "by_time": 0}
     with pytest.raises(LabCheckFailed, match="its embedding is a lookup"):
         lab06.check_decide_by_time(by_params, [("seed-pp8", 8, 16)])
 

@@ -1,5 +1,6 @@
 """Lab 7 (M049, M050, M054): typical wrong answers lose exactly their rubric points, with feedback that says why."""
 
+import random
 import statistics
 
 import pytest
@@ -13,9 +14,11 @@ LAB = "lab07_imbalance"
 MAIN = [("the lab's trace", lab07.lab_trace())]
 
 
-# -- whole notebook: one wrong answer costs its own check(s) only ---------------------------------------------
-def test_idle_without_the_tail(tmp_path):
-    wrong = '''def stage_metrics(trace):
+# -- one whole notebook: each wrong answer costs its own check(s) only ----------------------------------------
+def test_typical_wrong_answers(tmp_path):
+    """Idle without the tail, layers taken off the embedding stage (which the next experiment reuses), the bubble
+    as Megatron's ratio, the naive M = 32 claim -- each in its own answer cell."""
+    stage_metrics = '''def stage_metrics(trace):
     return [{"F_p50": s.p50("F") * 1e3, "B_p50": s.p50("B") * 1e3, "wait": s.p2p_wait * 1e3,
              "idle": s.p2p_wait * 1e3} for s in service_times(trace)]
 
@@ -24,36 +27,24 @@ def slowest_stage(trace):
     rows = stage_metrics(trace)
     return max(range(len(rows)), key=lambda k: rows[k]["F_p50"] + rows[k]["B_p50"])
 '''
-    report = grade_answers(tmp_path, LAB, {"stage_metrics": wrong})
-    assert_partial(report, {"m049_main_metrics": "is only the P2P wait; a rank is also idle after its last op"})
-
-
-def test_balancing_by_parameters(tmp_path):
-    # layers taken off the first stage (the one with the embedding table): the profile check fails, and so does
-    # the next experiment, which reuses my_layout
-    report = grade_answers(tmp_path, LAB, {"my_layout": 'my_layout = "E|t*3|t*2|t*2|t*2|t*2|t*3|t*2L"'})
-    assert_partial(report, {"m050_main_profile": "the embedding is a lookup with no FLOPs",
-                            "m054_main_next_experiment": "the embedding is a lookup with no FLOPs"})
-
-
-def test_bubble_as_megatron_ratio(tmp_path):
-    wrong = '''rows = {r.name: r for r in decompose_speedup(8, 16, plan.stage_fwd, plan.stage_bwd, p2p_ms, 2.59)}
+    local = '''rows = {r.name: r for r in decompose_speedup(8, 16, plan.stage_fwd, plan.stage_bwd, p2p_ms, 2.59)}
 params = [c.params for c in stage_costs(parse_layout(even), spec, 8)]
 local = {"bubble": 7 / 16, "bound": rows["bubble"].speedup, "efficiency": 2.59 / 8,
          "param_ratio": max(params) / min(params),
          "slow_over_mean": max(plan.stage_times) / (sum(plan.stage_times) / 8)}
 '''
-    report = grade_answers(tmp_path, LAB, {"local": wrong})
-    assert_partial(report, {"m054_main_local_numbers": "Megatron's ratio"})
-
-
-def test_more_microbatches_claimed_naively(tmp_path):
-    wrong = '''rows32 = {r.name: r for r in decompose_speedup(8, 32, plan.stage_fwd, plan.stage_bwd, p2p_ms)}
+    m32 = '''rows32 = {r.name: r for r in decompose_speedup(8, 32, plan.stage_fwd, plan.stage_bwd, p2p_ms)}
 naive = 2.59 * rows32["bubble"].speedup / rows["bubble"].speedup
 m32 = {"bubble_only": rows32["bubble"].speedup, "naive": naive, "modelled": naive, "gbs_factor": 2}
 '''
-    report = grade_answers(tmp_path, LAB, {"m32": wrong})
-    assert_partial(report, {"m054_main_more_m": "the imbalance factor falls as M grows"})
+    answers = {"stage_metrics": stage_metrics, "my_layout": 'my_layout = "E|t*3|t*2|t*2|t*2|t*2|t*3|t*2L"',
+               "local": local, "m32": m32}
+    report = grade_answers(tmp_path, LAB, answers)
+    assert_partial(report, {"m049_main_metrics": "is only the P2P wait; a rank is also idle after its last op",
+                            "m050_main_profile": "the embedding is a lookup with no FLOPs",
+                            "m054_main_next_experiment": "the embedding is a lookup with no FLOPs",
+                            "m054_main_local_numbers": "Megatron's ratio",
+                            "m054_main_more_m": "the imbalance factor falls as M grows"})
 
 
 # -- the check functions directly (milliseconds) --------------------------------------------------------------
@@ -89,11 +80,13 @@ def test_slowest_by_raw_durations_names_the_wait():
 
 
 def test_root_causes():
-    lab07.check_root_causes(lab07.expected_cause, lab07.HIDDEN_CASES)
+    for seed in range(20):  # any grade's hidden scenarios are built so that their numbers show the cause
+        lab07.check_root_causes(lab07.expected_cause, lab07.hidden_cause_cases(random.Random(seed)))
     with pytest.raises(LabCheckFailed, match="activation recomputation"):
-        lab07.check_root_causes(lambda s: ("compute", 1), {"A": lab07.LAB_CASES["A"]})
+        lab07.check_root_causes(lambda s: ("compute", 1), ["A"])
     with pytest.raises(LabCheckFailed, match="an index into hop_ms"):
-        lab07.check_root_causes(lambda s: ("communication", 3), {"B": lab07.LAB_CASES["B"]})
+        lab07.check_root_causes(lambda s: ("communication", 3), ["B"])
+    assert all(c not in repr(lab07.LAB_CASES) for c in lab07.CAUSES), "printing LAB_CASES must not give answers"
 
 
 def test_critical_path():
@@ -264,12 +257,12 @@ def test_m054_follow_up_checks():
         f = lab07.seed_factors(latency_us=lat, gbps=gbps)
         return f["P2P"].factor, f["remainder"].factor
 
-    lab07.check_split(split, lab07.SPLIT_CASES + lab07.HIDDEN_SPLIT_CASES)
+    lab07.check_split(split, lab07.SPLIT_CASES + lab07.hidden_split_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="treats GB/s as Gbit/s"):
         lab07.check_split(lambda lat, g: split(lat, g * 8), lab07.SPLIT_CASES)
     with pytest.raises(LabCheckFailed, match="the product must stay|their product must stay"):
         lab07.check_split(lambda lat, g: (split(lat, g)[0], 1.0), lab07.SPLIT_CASES)
-    lab07.check_sweep(lambda g, ms: [(m, g // m) for m in ms if g % m == 0], lab07.HIDDEN_SWEEP_CASES)
+    lab07.check_sweep(lambda g, ms: [(m, g // m) for m in ms if g % m == 0], lab07.hidden_sweep_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="has no integer micro-batch size"):
         lab07.check_sweep(lambda g, ms: [(m, g / m) for m in ms if g / m >= 1], [(48, [4, 32])])
     with pytest.raises(LabCheckFailed, match="not the global batch 32"):

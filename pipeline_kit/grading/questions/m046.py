@@ -1,0 +1,381 @@
+"""M046 (lab 5): what crosses a stage boundary, how many bytes, and what changes it (encoder-decoder,
+variable lengths, dtypes, TP/SP/CP layouts).
+
+Every expected value comes from the kit: bytes from :mod:`pipeline_kit.layout`, transfers from the
+simulator, the messages of a step from the runtime's ``message_plan``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+
+from ...layout import PRESETS, ModelSpec, boundary_bytes, even_layout, p2p_volume
+from ...schedules import build_schedule
+from ...sim import simulate
+from .common import (
+    call,
+    check,
+    describe,
+    drawn,
+    expect_choices,
+    expect_keys,
+    expect_number,
+    expect_type,
+    fail,
+)
+
+RUN = ("--schedule", "1f1b", "-m", "8", "--steps", "1", "--layers", "4", "--hidden", "32", "--p2p-timeout", "2")
+"""The ``pipeline_kit.run`` arguments of the lab's real runs (each adds ``--inject FAULT``)."""
+
+TENSORS = ("activation", "activation_grad", "weights", "weight_grads", "optimizer_state", "labels", "loss")
+CROSSING_WHY = {
+    "weights": "weights stay on the stage that owns them; only what flows between layers crosses",
+    "weight_grads": "weight gradients are accumulated where the weights live (and reduced over data "
+                    "parallelism, never over the pipeline)",
+    "optimizer_state": "optimizer state lives with its weights on the owning stage",
+    "labels": "the last stage reads the labels from its own data loader; they do not travel down the pipe",
+    "loss": "the loss is computed and used on the last stage; backward starts there and sends gradients, "
+            "not the loss",
+}
+
+
+# -- shared helpers ------------------------------------------------------------------------------
+def element_bytes(dtype) -> int:
+    import torch
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def spec_for(seq, mbs, hidden, dtype) -> ModelSpec:
+    return ModelSpec(seq_len=seq, micro_batch_size=mbs, hidden=hidden, dtype_bytes=element_bytes(dtype))
+
+
+# -- M046 main ----------------------------------------------------------------------------------
+@check
+def check_crossing(crossing) -> None:
+    got = expect_choices(crossing, TENSORS, "crossing")
+    for name in sorted(got - {"activation", "activation_grad"}):
+        fail(f"crossing contains {name!r}: {CROSSING_WHY[name]}")
+    if "activation" not in got:
+        fail("crossing misses 'activation': stage k+1 cannot start its forward without stage k's output")
+    if "activation_grad" not in got:
+        fail("crossing misses 'activation_grad': stage k cannot continue backward without the gradient of its "
+             "output, which stage k+1 computes")
+
+
+def expected_messages(pp: int, m: int) -> set:
+    out = set()
+    for t in simulate(build_schedule("1f1b", pp, m), fwd=1, bwd=2).transfers:
+        if t.direction == "forward":
+            out.add(("activation", t.microbatch, t.boundary, t.boundary + 1))
+        else:
+            out.add(("activation_grad", t.microbatch, t.boundary + 1, t.boundary))
+    return out
+
+
+@check
+def check_boundary_messages(fn, cases) -> None:
+    for pp, m in cases:
+        got = call(fn, pp, m, name="boundary_messages")
+        expect_type(got, (set, frozenset, list, tuple), f"boundary_messages({pp}, {m})")
+        got_set = {tuple(x) if isinstance(x, (list, tuple)) else x for x in got}
+        want = expected_messages(pp, m)
+        if got_set == want:
+            if len(got) != len(want):
+                fail(f"boundary_messages({pp}, {m}) lists some messages twice: each crosses once per step")
+            continue
+        what = f"boundary_messages({pp}, {m})"
+        bad = [x for x in got_set if not (isinstance(x, tuple) and len(x) == 4)]
+        if bad:
+            fail(f"{what}: each item is (tensor, microbatch, src_stage, dst_stage), got {describe(bad[0])}")
+        grads = {x for x in got_set if x[0] == "activation_grad"}
+        if any(x[2] < x[3] for x in grads):
+            x = next(x for x in grads if x[2] < x[3])
+            fail(f"{what}: {x} sends a gradient from stage {x[2]} to {x[3]}; gradients flow backward, from the "
+                 "stage that used the activation to the one that produced it")
+        if not grads:
+            fail(f"{what} has no 'activation_grad' messages: backward sends the gradient of every boundary "
+                 "activation back, once per microbatch")
+        if any(x[0] == "activation" and x[3] >= pp for x in got_set):
+            fail(f"{what}: the last stage (stage {pp - 1}) sends no activation: it computes the loss")
+        missing, extra = want - got_set, got_set - want
+        if missing:
+            fail(f"{what} misses {len(missing)} message(s), e.g. {min(missing)}; there are "
+                 f"{len(want)} = 2 x {m} microbatches x {pp - 1} boundaries")
+        fail(f"{what} has {len(extra)} message(s) that do not exist, e.g. {min(extra, key=str)}")
+
+
+@check
+def check_boundary_bytes(fn, cases) -> None:
+    for seq, mbs, hidden, dtype in cases:
+        got = expect_number(call(fn, seq, mbs, hidden, dtype, name="boundary_bytes"),
+                            f"boundary_bytes({seq}, {mbs}, {hidden}, {dtype})")
+        want = boundary_bytes(spec_for(seq, mbs, hidden, dtype))
+        if got == want:
+            continue
+        size = element_bytes(dtype)
+        what = f"boundary_bytes({seq}, {mbs}, {hidden}, {dtype}) = {got:,.0f}"
+        elems = seq * mbs * hidden
+        if got == elems and size != 1:
+            fail(f"{what} is the number of elements; multiply by the bytes per element ({size} for {dtype})")
+        if got == elems * 4 and size != 4:
+            also = " (or it counts both directions: one send is one direction)" if size == 2 else ""
+            fail(f"{what} uses float32's 4 bytes per element; {dtype} has {size}{also}")
+        if got == 2 * want:
+            fail(f"{what} is twice one send: the forward activation and the backward gradient are two "
+                 "transfers; count one")
+        if got == elems * 2 and size != 2:
+            fail(f"{what} uses 2 bytes per element for every dtype; {dtype} has {size} "
+                 "(torch.empty((), dtype=dtype).element_size())")
+        fail(f"{what}, expected s*b*h*bytes_per_element = {want:,}")
+
+
+@check
+def check_real_send(real_send_bytes, run_args) -> None:
+    from ...run import build_parser
+    from ...runtime.p2p import P2P
+    args = build_parser().parse_args(list(run_args))
+    dtype = inspect.signature(P2P.__init__).parameters["dtype"].default  # what the runtime sends
+    size = element_bytes(dtype)
+    want = boundary_bytes(spec_for(args.seq_len, args.micro_batch_size, args.hidden, dtype))
+    got = expect_number(real_send_bytes, "real_send_bytes")
+    if got == want:
+        return
+    if got == want // size * 2:
+        fail(f"real_send_bytes is {got:,.0f}: the CPU runtime sends {str(dtype).replace('torch.', '')} "
+             f"({size} bytes per element), not 16-bit values -- the timeout line prints the dtype")
+    if got == want // size:
+        fail(f"real_send_bytes is {got:,.0f}, the number of elements; multiply by the element size ({size})")
+    fail(f"real_send_bytes is {got:,.0f}; the run's boundary tensor is [b, s, h] = ({args.micro_batch_size}, "
+         f"{args.seq_len}, {args.hidden}) -- see `python -m pipeline_kit.run --help` for the defaults")
+
+
+def _shape_list(value, what):
+    expect_type(value, (list, tuple), what)
+    out = []
+    for s in value:
+        if not isinstance(s, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in s):
+            fail(f"{what} must hold shapes as tuples of ints, got {describe(s)}")
+        out.append(tuple(s))
+    return sorted(out)
+
+
+@check
+def check_enc_dec(fn, cases) -> None:
+    for s_enc, s_dec, mbs, hidden, dtype in cases:
+        args = (s_enc, s_dec, mbs, hidden, dtype)
+        what = f"enc_dec_boundary{args}"
+        got = call(fn, *args, name="enc_dec_boundary")
+        expect_keys(got, ("forward", "backward", "bytes_per_microbatch"), what)
+        shapes = sorted([(s_dec, mbs, hidden), (s_enc, mbs, hidden)])
+        fwd = _shape_list(got["forward"], f"{what}['forward']")
+        bwd = _shape_list(got["backward"], f"{what}['backward']")
+        if fwd == sorted([(mbs, s_dec, hidden), (mbs, s_enc, hidden)]):
+            fail(f"{what}: give shapes in Megatron's (s, b, h) order, as the question asks")
+        if fwd == [(s_dec, mbs, hidden)]:
+            fail(f"{what}['forward'] has only the decoder activation; every decoder stage's cross-attention needs "
+                 f"the encoder output too, so it crosses the cut as a second tensor")
+        if (s_dec, mbs, hidden) in fwd and (s_enc, mbs, hidden) not in fwd and len(fwd) == 2:
+            fail(f"{what}['forward']: the encoder output has the encoder's sequence length {s_enc}, not {s_dec}")
+        if fwd != shapes:
+            fail(f"{what}['forward'] is {fwd}, expected the decoder activation and the encoder output")
+        if bwd == [(s_dec, mbs, hidden)]:
+            fail(f"{what}['backward'] returns only the decoder gradient; the loss also depends on the encoder "
+                 "output (through cross-attention), so its gradient goes back too")
+        if bwd != shapes:
+            fail(f"{what}['backward'] is {bwd}; backward sends the gradient of each forward tensor, same shapes")
+        want = 2 * sum(boundary_bytes(spec_for(s, mbs, hidden, dtype)) for s in (s_dec, s_enc))
+        got_b = expect_number(got["bytes_per_microbatch"], f"{what}['bytes_per_microbatch']")
+        if got_b == want // 2:
+            fail(f"{what}['bytes_per_microbatch'] counts one direction; the gradients go back too")
+        if got_b != want:
+            fail(f"{what}['bytes_per_microbatch'] is {got_b:,.0f}, expected {want:,} (both tensors, both "
+                 "directions, at the dtype's element size)")
+
+
+@check
+def check_varlen(fn, cases) -> None:
+    for seq_lens, mbs, hidden, dtype, pp in cases:
+        what = f"varlen_step_bytes({seq_lens}, {mbs}, {hidden}, {dtype}, {pp})"
+        got = expect_number(call(fn, list(seq_lens), mbs, hidden, dtype, pp, name="varlen_step_bytes"), what)
+        layout = even_layout(pp, pp)
+        want = sum(p2p_volume(layout, spec_for(s, mbs, hidden, dtype), 1)["total_per_step"] for s in seq_lens)
+        if got == want:
+            continue
+        padded = p2p_volume(layout, spec_for(max(seq_lens), mbs, hidden, dtype), len(seq_lens))["total_per_step"]
+        if got == padded:
+            fail(f"{what} = {got:,.0f} pads every microbatch to the longest ({max(seq_lens)}); with variable "
+                 "lengths each microbatch sends its own s")
+        if got == want / 2:
+            fail(f"{what} = {got:,.0f} counts only the forward activations; gradients go back too")
+        if got == want / (pp - 1):
+            fail(f"{what} = {got:,.0f} is one boundary; the pipeline has pp - 1 = {pp - 1}")
+        fail(f"{what} = {got:,.0f}, expected {want:,}")
+
+
+def _meta(shape):
+    """The shape message the runtime sends with --send-shapes: [ndim, d0, d1, d2, d3], zero-padded (p2p.py)."""
+    import torch
+    return torch.tensor([len(shape), *shape, *[0] * (4 - len(shape))], dtype=torch.int64)
+
+
+@check
+def check_recv_buffer(fn, cases) -> None:
+    import torch
+    for shape, dtype in cases:
+        meta = _meta(shape)
+        what = f"recv_buffer({meta.tolist()}, {dtype})"
+        buf = call(fn, meta.clone(), dtype, name="recv_buffer")
+        expect_type(buf, torch.Tensor, what)
+        got = tuple(buf.shape)
+        if got != tuple(shape):
+            if got == tuple(meta[1:].tolist()):
+                fail(f"{what} has shape {got}: the trailing zeros are padding; only the first meta[0] = "
+                     f"{len(shape)} dimensions are real")
+            if got == tuple(meta.tolist()):
+                fail(f"{what} has shape {got}: meta[0] is the number of dimensions, not a dimension")
+            fail(f"{what} has shape {got}, expected {tuple(shape)}")
+        if buf.dtype != dtype:
+            fail(f"{what} has dtype {buf.dtype}: the receiver must allocate the sender's dtype ({dtype}, "
+                 f"{element_bytes(dtype)} bytes per element), or the bytes do not fit")
+
+
+# -- M046 follow-up ------------------------------------------------------------------------------
+def _seed():
+    return PRESETS["seed-pp8"][0]
+
+
+@check
+def check_seed_send(value) -> None:
+    spec = _seed()
+    want = boundary_bytes(spec)
+    got = expect_number(value, "seed_send_bytes")
+    if got == want:
+        return
+    elems = spec.seq_len * spec.micro_batch_size * spec.hidden
+    if got == elems * 4:
+        fail(f"seed_send_bytes is {got:,.0f}: that is fp32; the boundary is fp16 (2 bytes per element)")
+    if got == elems:
+        fail(f"seed_send_bytes is {got:,.0f}, the number of elements s*b*h; multiply by 2 bytes (fp16)")
+    if got == 2 * want:
+        fail(f"seed_send_bytes is {got:,.0f}: one send is one direction")
+    fail(f"seed_send_bytes is {got:,.0f}; use s, b, h of PRESETS['seed-pp8'][0] and 2 bytes per element")
+
+
+@check
+def check_seed_link(value, pp: int = 8, microbatches: int = 16) -> None:
+    spec = _seed()
+    vol = p2p_volume(even_layout(spec.layers, pp), spec, microbatches)
+    want = vol["total_per_step"] // vol["boundaries"]
+    got = expect_number(value, "seed_link_bytes")
+    if got == want:
+        return
+    if got == want // 2:
+        fail(f"seed_link_bytes is {got:,.0f}: that is only the activations; each microbatch's gradient comes "
+             "back over the same link")
+    if got == vol["total_per_step"]:
+        fail(f"seed_link_bytes is {got:,.0f}, the whole pipeline; the question asks for one boundary link")
+    fail(f"seed_link_bytes is {got:,.0f}; one link carries 2 x M transfers of one boundary tensor")
+
+
+@check
+def check_step_bytes(fn, cases) -> None:
+    for pp, m, preset, chunks in cases:
+        spec = PRESETS[preset][0]
+        what = f"step_p2p_bytes({pp}, {m}, PRESETS[{preset!r}][0], chunks={chunks})"
+        got = expect_number(call(fn, pp, m, spec, chunks=chunks, name="step_p2p_bytes"), what)
+        vol = p2p_volume(even_layout(spec.layers, pp * chunks), spec, m)
+        want = vol["total_per_step"]
+        schedule = build_schedule("interleaved" if chunks > 1 else "1f1b", pp, m, chunks if chunks > 1 else None)
+        assert len(simulate(schedule, fwd=1, bwd=2).transfers) * boundary_bytes(spec) == want  # kit agrees with itself
+        if got == want:
+            continue
+        one = boundary_bytes(spec)
+        if got == 2 * m * one:
+            fail(f"{what} = {got:,.0f} is what one boundary link carries (the seeds' 2*m*B*S*H*2); the pipeline "
+                 f"has {vol['boundaries']} boundaries")
+        if got == want / 2:
+            fail(f"{what} = {got:,.0f} counts one direction; every activation's gradient comes back")
+        if chunks > 1 and got == 2 * m * (pp - 1) * one:
+            fail(f"{what} = {got:,.0f} uses pp - 1 boundaries; with {chunks} chunks per rank there are "
+                 f"pp*v - 1 = {vol['boundaries']} virtual-stage boundaries, all crossing ranks")
+        if got == 2 * m * pp * chunks * one:
+            fail(f"{what} = {got:,.0f}: {pp * chunks} stages have {pp * chunks - 1} boundaries, not {pp * chunks}")
+        fail(f"{what} = {got:,.0f}, expected {want:,}")
+
+
+@check
+def check_per_gpu(fn, cases) -> None:
+    spec = _seed()
+    for tp, sp, cp in cases:
+        what = f"per_gpu_send_bytes(seed, tp={tp}, sp={sp}, cp={cp})"
+        got = expect_number(call(fn, spec, tp, sp, cp, name="per_gpu_send_bytes"), what)
+        local = spec.seq_len // cp // (tp if sp else 1)
+        want = boundary_bytes(replace(spec, seq_len=local))
+        if got == want:
+            continue
+        if not sp and got == want // tp:
+            fail(f"{what} = {got:,.0f} divides by TP without sequence parallelism: then every TP rank holds the "
+                 "full activation")
+        if sp and got == want * tp:
+            fail(f"{what} = {got:,.0f}: with SP the activation at a layer boundary is sharded along s over the "
+                 f"{tp} TP ranks")
+        if cp > 1 and got == want * cp:
+            fail(f"{what} = {got:,.0f}: each context-parallel rank sends only its s/cp tokens")
+        fail(f"{what} = {got:,.0f}, expected {want:,} (local sequence {local})")
+
+
+@check
+def check_accounting(fn, cases) -> None:
+    for pp, m, send_shapes, via_host in cases:
+        spec = _seed()
+        what = f"accounting({pp}, {m}, seed, send_shapes={send_shapes}, via_host={via_host})"
+        got = call(fn, pp, m, spec, send_shapes, via_host, name="accounting")
+        expect_keys(got, ("logical_bytes", "messages", "host_copy_bytes"), what)
+        transfers = len(simulate(build_schedule("1f1b", pp, m), fwd=1, bwd=2).transfers)
+        logical = p2p_volume(even_layout(spec.layers, pp), spec, m)["total_per_step"]
+        want = {"logical_bytes": logical, "messages": transfers * (2 if send_shapes else 1),
+                "host_copy_bytes": 2 * logical if via_host else 0}
+        for key in ("logical_bytes", "messages", "host_copy_bytes"):
+            g = expect_number(got[key], f"{what}[{key!r}]")
+            if g == want[key]:
+                continue
+            if key == "logical_bytes":
+                fail(f"{what}['logical_bytes'] = {g:,.0f}: logical bytes are the payload, {logical:,}; how it is "
+                     "carried (shape messages, host copies) does not change it")
+            if key == "messages" and send_shapes and g == transfers:
+                fail(f"{what}['messages'] = {g:,.0f}: with --send-shapes every transfer is preceded by its shape "
+                     "message, a second message on the wire")
+            if key == "host_copy_bytes" and via_host and g == logical:
+                fail(f"{what}['host_copy_bytes'] = {g:,.0f}: the sender copies the tensor to host memory and the "
+                     "receiver copies it back to its GPU: two copies per transfer")
+            fail(f"{what}[{key!r}] = {g:,.0f}, expected {want[key]:,}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_message_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=[(5, 2)])
+
+
+def _dtype(r):
+    import torch
+    return r.choice([torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e4m3fn])
+
+
+def hidden_bytes_cases(rng) -> list:
+    import torch
+    return drawn(rng, 2, lambda r: (r.randint(1, 4096), r.randint(1, 8), r.randint(8, 8192), _dtype(r)),
+                 fixed=[(128, 4, 256, torch.float8_e4m3fn), (3, 5, 7, torch.float64)])
+
+
+def hidden_enc_dec_cases(rng) -> list:
+    import torch
+    return drawn(rng, 1, lambda r: (r.randint(16, 2048), r.randint(16, 512), r.randint(1, 8), r.randint(8, 2048),
+                                    _dtype(r)), fixed=[(64, 64, 2, 32, torch.float32)])
+
+
+def hidden_varlen_cases(rng) -> list:
+    import torch
+    return drawn(rng, 1, lambda r: ([r.randint(1, 4096) for _ in range(r.randint(2, 6))], r.randint(1, 4),
+                                    r.randint(8, 1024), _dtype(r), r.randint(2, 8)),
+                 fixed=[([7, 1, 30], 2, 64, torch.float32, 2)])

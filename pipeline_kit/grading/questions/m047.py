@@ -1,0 +1,324 @@
+"""M047 (lab 6): building pipeline stages with pre_process/post_process, their parameters and costs.
+
+The reference for every check is the kit itself: ``build_stage`` / ``GPT`` (:mod:`pipeline_kit.runtime`)
+for stages, ``stage_costs`` (:mod:`pipeline_kit.layout`) for per-stage parameters, FLOPs and activation
+memory, the simulator for "decide by time", and a real ``torchrun --check-grads`` run for the end-to-end
+verification.  Students' stages are compared with the single-process model by loading their parameters
+into it, so they may initialise freely.
+"""
+
+from __future__ import annotations
+
+
+from ...layout import PRESETS, Layout, ModelSpec, even_layout, stage_costs
+from ...schedules import build_schedule
+from ...sim import simulate
+from ..labs.grader_runs import GRAD_RUN, check_grad_run, grader_run  # noqa: F401 -- the grader's own job
+from ..labs.live import check_build_stage  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
+from .common import (
+    call,
+    check,
+    close,
+    describe,
+    expect_keys,
+    expect_number,
+    expect_type,
+    fail,
+)
+
+
+def small_cfg(**kw):
+    from ...runtime.model import GPTConfig
+    base = {"vocab": 64, "seq_len": 16, "hidden": 32, "heads": 4, "layers": 5, "seed": 7}
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def seed_cfg():
+    """The seeds' model, seed-pp8, as the runtime's ``GPTConfig`` (lab 6's ``SEED_CFG``)."""
+    from ...runtime.model import GPTConfig
+    return GPTConfig(vocab=32000, seq_len=512, hidden=768, heads=12, layers=16)
+
+
+def spec_of(cfg, micro_batch_size: int = 2, dtype_bytes: int = 2) -> ModelSpec:
+    return ModelSpec(vocab=cfg.vocab, seq_len=cfg.seq_len, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers,
+                     ffn_mult=cfg.ffn_mult, tie_embeddings=cfg.tie_embeddings, micro_batch_size=micro_batch_size,
+                     dtype_bytes=dtype_bytes)
+
+
+def cfg_from_run(run_args):
+    """The GPTConfig a ``pipeline_kit.run`` command line builds, with its micro-batch size and M."""
+    from ...run import build_parser
+    from ...runtime.model import GPTConfig
+    a = build_parser().parse_args(list(run_args))
+    cfg = GPTConfig(vocab=a.vocab, seq_len=a.seq_len, hidden=a.hidden, heads=a.heads, layers=a.layers,
+                    tie_embeddings=a.tie_embeddings, seed=a.seed)
+    return cfg, a.micro_batch_size, a.microbatches
+
+
+def kit_layout(layers: int, n: int) -> Layout:
+    """The layout the runtime builds by default: ``split_layers`` (earlier stages take any extra layer)."""
+    from ...runtime.model import default_layout
+    return default_layout(layers, n)
+
+
+# -- M047 main -----------------------------------------------------------------------------------
+def _kit_stage(cfg, stage, n):
+    import torch
+
+    from ...runtime.model import build_stage
+    with torch.device("meta"):
+        return build_stage(cfg, stage, n)
+
+
+@check
+def check_stage_parts(fn, cases) -> None:
+    for stage, n, layers in cases:
+        what = f"stage_parts({stage}, {n}, {layers})"
+        got = call(fn, stage, n, layers, name="stage_parts")
+        expect_keys(got, ("embedding", "layers", "head"), what)
+        ref = _kit_stage(small_cfg(layers=layers), stage, n)
+        if got["embedding"] is not ref.pre_process:
+            fail(f"{what}['embedding'] is {describe(got['embedding'])}: only the first stage (pre_process, stage 0) "
+                 "builds the embedding and takes token ids")
+        if got["head"] is not ref.post_process:
+            fail(f"{what}['head'] is {describe(got['head'])}: only the last stage (post_process, stage {n - 1}) builds "
+                 "the final norm and the output layer")
+        want = list(ref.layer_ids)
+        expect_type(got["layers"], (list, tuple, range), f"{what}['layers']")
+        mine = list(got["layers"])
+        if mine == want:
+            continue
+        if mine == list(range(len(want))) and want[0] != 0:
+            fail(f"{what}['layers'] is {mine}: number layers globally ({want}), so layer i has the same name and "
+                 "parameters wherever it lives")
+        if len(mine) != len(want):
+            fail(f"{what}['layers'] has {len(mine)} layers, expected {len(want)}: {layers} layers over {n} stages "
+                 "give the first stages one extra each when it does not divide (split_layers)")
+        fail(f"{what}['layers'] is {mine}, expected {want}")
+
+
+@check
+def check_stage_io(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import build_stage, make_batch
+    for cfg, n, mbs in cases:
+        tokens, _ = make_batch(cfg, 1, mbs, 0)
+        x = tokens[0]
+        for s in range(n):
+            stage = build_stage(cfg, s, n)
+            y = stage(x)
+            what = f"stage_io(cfg, {s}, {n}, {mbs})"
+            got = call(fn, cfg, s, n, mbs, name="stage_io")
+            expect_keys(got, ("input", "output"), what)
+            for key, t in (("input", x), ("output", y)):
+                v = got[key]
+                if not (isinstance(v, (tuple, list)) and len(v) == 2):
+                    fail(f"{what}[{key!r}] must be (shape, dtype), got {describe(v)}")
+                shape, dtype = tuple(v[0]) if isinstance(v[0], (tuple, list, torch.Size)) else v[0], v[1]
+                want_shape = tuple(t.shape)
+                if dtype != t.dtype:
+                    if key == "input" and s == 0:
+                        fail(f"{what}: the first stage takes token ids ({t.dtype}), not {dtype}: pre_process means "
+                             "the embedding lookup happens here")
+                    if key == "input":
+                        fail(f"{what}: stage {s} takes the previous stage's activation ({t.dtype}), not {dtype}")
+                    fail(f"{what}['output'] dtype is {dtype}, expected {t.dtype}")
+                if shape != want_shape:
+                    if key == "output" and s == n - 1 and shape == (mbs, cfg.seq_len, cfg.hidden):
+                        fail(f"{what}: the last stage returns logits over the vocabulary ({want_shape}); the loss is "
+                             "applied to them by the caller")
+                    if key == "output" and s < n - 1 and shape == (mbs, cfg.seq_len, cfg.vocab):
+                        fail(f"{what}: only the last stage has the output layer; stage {s} returns hidden states")
+                    if len(shape) == len(want_shape) and sorted(shape) == sorted(want_shape):
+                        fail(f"{what}[{key!r}] shape {shape}: the kit's runtime is batch-first, {want_shape}")
+                    fail(f"{what}[{key!r}] shape is {shape}, expected {want_shape}")
+            x = y.detach()
+
+
+@check
+def check_input_grad(fn, cases) -> None:
+    for n in cases:
+        for s in range(n):
+            got = call(fn, s, n, name="needs_input_grad")
+            want = not _kit_stage(small_cfg(layers=n), s, n).pre_process
+            if got is want:
+                continue
+            if s == 0:
+                fail(f"needs_input_grad(0, {n}) is {describe(got)}: stage 0's input is integer token ids; its backward "
+                     "ends at the embedding weights and has nothing to send upstream")
+            fail(f"needs_input_grad({s}, {n}) is {describe(got)}: stage {s} must send the gradient of its input back "
+                 "to stage {s - 1}, so the received activation needs requires_grad_()")
+
+
+@check
+def check_param_counts(fn, cases) -> None:
+    for cfg, n in cases:
+        what = f"stage_param_counts(<cfg layers={cfg.layers}, hidden={cfg.hidden}, vocab={cfg.vocab}>, {n})"
+        got = call(fn, cfg, n, name="stage_param_counts")
+        expect_type(got, (list, tuple), what)
+        want = [c.params for c in stage_costs(kit_layout(cfg.layers, n), spec_of(cfg), n)]
+        if list(got) == want:
+            continue
+        if len(got) != n:
+            fail(f"{what} has {len(got)} entries; one per stage, {n}")
+        for s, (g, w) in enumerate(zip(got, want)):
+            if g != w:
+                fail(f"{what}[{s}] is {describe(g)}, expected {w:,} (count the parameters of the stage you build: "
+                     "sum(p.numel() for p in stage.parameters()); on the meta device it costs no memory)")
+
+
+@check
+def check_seed_imbalance(value) -> None:
+    spec = PRESETS["seed-pp8"][0]
+    params = [c.params for c in stage_costs(even_layout(spec.layers, 8), spec, 8)]
+    want = max(params) / min(params)
+    got = expect_number(value, "seed_imbalance")
+    if close(got, want, rel=1e-4):
+        return
+    if close(got, 39.1 / 14.2, rel=1e-4):
+        fail(f"seed_imbalance is {got:.4f}, the ratio of the rounded seed figures; the exact counts "
+             f"{max(params):,} / {min(params):,} give {want:.4f}")
+    if close(got, params[-1] / min(params), rel=1e-4):
+        fail(f"seed_imbalance is {got:.4f}, the last stage over a middle one; the largest stage is stage 0 "
+             "(embedding: V*h + s*h is larger than the head's V*h + 2h)")
+    fail(f"seed_imbalance is {got:.4f}; it is max/min of the per-stage parameter counts of seed-pp8 on pp=8")
+
+
+@check
+def check_cost_table(fn, cases) -> None:
+    for preset, pp in cases:
+        spec = PRESETS[preset][0]
+        what = f"cost_table(PRESETS[{preset!r}][0], {pp})"
+        got = call(fn, spec, pp, name="cost_table")
+        expect_keys(got, ("params", "fwd_flops", "activation_bytes"), what)
+        costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+        want = {"params": [c.params for c in costs], "fwd_flops": [c.fwd_flops for c in costs],
+                "activation_bytes": [c.activation_bytes for c in costs]}
+        for key in ("params", "fwd_flops", "activation_bytes"):
+            g = got[key]
+            expect_type(g, (list, tuple), f"{what}[{key!r}]")
+            if len(g) != pp:
+                fail(f"{what}[{key!r}] has {len(g)} entries, one per stage: {pp}")
+            for s, (a, b) in enumerate(zip(g, want[key])):
+                a = expect_number(a, f"{what}[{key!r}][{s}]")
+                if close(a, b, rel=1e-9):
+                    continue
+                if key == "fwd_flops" and close(a, 2 * b, rel=1e-9):
+                    fail(f"{what}['fwd_flops'][{s}] is the backward's FLOPs (2x forward); give the forward")
+                if key == "fwd_flops" and close(a, b / (spec.seq_len * spec.micro_batch_size), rel=1e-9):
+                    fail(f"{what}['fwd_flops'][{s}] is per token; give it per microbatch (x s*b)")
+                fail(f"{what}[{key!r}][{s}] is {a:,.0f}, stage_costs gives {b:,.0f}")
+
+
+# -- M047 follow-up ------------------------------------------------------------------------------
+def _seed_costs(pp=8):
+    spec = PRESETS["seed-pp8"][0]
+    return spec, stage_costs(even_layout(spec.layers, pp), spec, pp)
+
+
+@check
+def check_baseline(layers, params) -> None:
+    spec, costs = _seed_costs()
+    middle = costs[1]
+    got_l = expect_number(layers, "baseline_layers")
+    if got_l != len(middle.spec.layers):
+        fail(f"baseline_layers is {got_l:g}: {spec.layers} decoder layers over 8 stages is "
+             f"{len(middle.spec.layers)} per stage")
+    got_p = expect_number(params, "baseline_params")
+    if got_p == middle.params:
+        return
+    if got_p == middle.params // len(middle.spec.layers):
+        fail(f"baseline_params is {got_p:,.0f}, one decoder layer; a middle stage holds "
+             f"{len(middle.spec.layers)}")
+    fail(f"baseline_params is {got_p:,.0f}; count (4 + 2f)h^2 + (9 + f)h per decoder layer (or stage_costs)")
+
+
+@check
+def check_endpoint_extra(fn, presets) -> None:
+    for preset in presets:
+        spec = PRESETS[preset][0]
+        pp = max(2, min(8, spec.layers // 2))
+        costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+        layer = costs[1].params // len(costs[1].spec.layers)
+        want = {"first": costs[0].params - len(costs[0].spec.layers) * layer,
+                "last": costs[-1].params - len(costs[-1].spec.layers) * layer}
+        what = f"endpoint_extra(PRESETS[{preset!r}][0])"
+        got = call(fn, spec, name="endpoint_extra")
+        expect_keys(got, ("first", "last"), what)
+        v, h, s = spec.vocab, spec.hidden, spec.seq_len
+        for key in ("first", "last"):
+            g = expect_number(got[key], f"{what}[{key!r}]")
+            if g == want[key]:
+                continue
+            if key == "first" and g == v * h:
+                fail(f"{what}['first'] is V*h only: the first stage also holds the position embedding, s*h = {s * h:,}")
+            if key == "last" and g == v * h:
+                fail(f"{what}['last'] is V*h only: the last stage also holds the final LayerNorm (weight and bias, 2h)")
+            if key == "last" and g in (v * h + v, v * h + 2 * h + v):
+                fail(f"{what}['last'] counts a bias of the output layer; it has none (bias=False, as in Megatron)")
+            fail(f"{what}[{key!r}] is {g:,.0f}, expected {want[key]:,}")
+
+
+@check
+def check_tied(fn, cases) -> None:
+    import torch
+
+    from ...runtime.model import GPT, build_stage
+    for cfg, n in cases:
+        what = f"tied_counts(<cfg tie_embeddings=True, layers={cfg.layers}>, {n})"
+        got = call(fn, cfg, n, name="tied_counts")
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            fail(f"{what} must return (per-stage counts, unique total), got {describe(got)}")
+        per, unique = got
+        with torch.device("meta"):
+            want_per = [build_stage(cfg, s, n).num_params() for s in range(n)]
+            want_unique = sum(p.numel() for p in GPT(cfg).parameters())
+        expect_type(per, (list, tuple), f"{what}[0]")
+        vh = cfg.vocab * cfg.hidden
+        if list(per) != want_per:
+            if list(per[:-1]) == want_per[:-1] and per[-1] == want_per[-1] - vh:
+                fail(f"{what}: the last stage still holds its own copy of the V x h matrix; tying shares values "
+                     "(the copies' gradients are summed each step), not memory across ranks")
+            fail(f"{what}[0] is {describe(list(per))}, expected {want_per}")
+        u = expect_number(unique, f"{what}[1]")
+        if u == sum(want_per):
+            fail(f"{what}[1] is the sum over stages; in the model the two copies are one parameter, so the unique "
+                 f"count is {vh:,} smaller")
+        if u != want_unique:
+            fail(f"{what}[1] is {u:,.0f}, expected {want_unique:,} (sum(p.numel() for p in GPT(cfg).parameters()))")
+
+
+def decide_by_time_expected(spec, pp, m):
+    costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
+    params = [c.params for c in costs]
+    flops = [c.fwd_flops for c in costs]
+    sched = build_schedule("1f1b", pp, m)
+    equal = simulate(sched, fwd=1, bwd=2).makespan
+    w = [f / min(flops) for f in flops]
+    by_flops = simulate(sched, fwd=w, bwd=[2 * x for x in w]).makespan
+    return {"by_params": params.index(max(params)), "by_time": flops.index(max(flops)),
+            "makespan_ratio": by_flops / equal}
+
+
+@check
+def check_decide_by_time(fn, cases) -> None:
+    for preset, pp, m in cases:
+        spec = PRESETS[preset][0]
+        what = f"decide_by_time(PRESETS[{preset!r}][0], {pp}, {m})"
+        got = call(fn, spec, pp, m, name="decide_by_time")
+        expect_keys(got, ("by_params", "by_time", "makespan_ratio"), what)
+        want = decide_by_time_expected(spec, pp, m)
+        if got["by_params"] != want["by_params"]:
+            fail(f"{what}['by_params'] is {describe(got['by_params'])}, expected stage {want['by_params']}")
+        if got["by_time"] != want["by_time"]:
+            if got["by_time"] == want["by_params"]:
+                fail(f"{what}['by_time'] is stage {got['by_time']}, the heaviest in parameters: its embedding is a "
+                     "lookup and costs almost no FLOPs; the output layer's h x V matmul per token does")
+            fail(f"{what}['by_time'] is {describe(got['by_time'])}, expected stage {want['by_time']}")
+        r = expect_number(got["makespan_ratio"], f"{what}['makespan_ratio']")
+        if not close(r, want["makespan_ratio"], rel=1e-6):
+            fail(f"{what}['makespan_ratio'] is {r:.4f}, expected {want['makespan_ratio']:.4f}: simulate 1F1B with "
+                 "each stage's fwd proportional to its forward FLOPs (bwd = 2 x fwd) and divide by the balanced "
+                 "simulation's makespan")

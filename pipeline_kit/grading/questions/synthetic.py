@@ -1,0 +1,136 @@
+"""The synthetic world of lab 7 (M049, M050, M054): the lab's machine and model, the seed-pp8 model at
+100 TFLOP/s, and traces in the runtime's format.
+
+Why the lab builds its own traces: a real CPU run is too noisy to grade against, so the traces the
+students read are made here in the runtime's exact format (every op's start/end in seconds, the P2P
+waits *inside* the ops) from the schedule's own dataflow, with known per-op service times and
+seeded jitter.  Every expected value is then computed with the kit (``pipeline_kit.layout``,
+``pipeline_kit.sim``, ``pipeline_kit.viz``) from those traces, never typed in.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from pathlib import Path
+
+from ...layout import (
+    PRESETS,
+    ModelSpec,
+    balance,
+    parse_layout,
+)
+from ...layout.balance import plan_for
+from ...layout.commands import item_times_from_flops
+from ...schedules import build_schedule
+from ...sim import simulate
+from ...trace import from_sim
+from .common import (
+    close,
+    fail,
+)
+
+# -- the lab's machine and model (inputs of the story, not expected values) ---------------------------
+LAB_MODEL = ModelSpec(vocab=16384, seq_len=1024, hidden=1024, heads=16, layers=12, micro_batch_size=1)
+LAB_TFLOPS = 50.0
+LAB_LAYOUT = "Et*3|t*3|t*3|t*3L"
+SLOW_RANK, SLOW_FACTOR = 1, 1.5  # rank 1's GPU runs at 2/3 speed: nothing in the layout says so
+LAB_P2P_MS = 0.08
+REAL_TRACE = Path(__file__).resolve().parents[3] / "book" / "data" / "run-1f1b-pp2.json"
+SEED = PRESETS["seed-pp8"][0]
+SEED_PP, SEED_M, SEED_MEASURED = 8, 16, 2.59
+SEED_TFLOPS, SEED_LAT_US, SEED_GBPS = 100.0, 20.0, 10.0
+
+
+# -- traces --------------------------------------------------------------------------------------------
+def make_trace(fwd_ms, bwd_ms, microbatches: int, p2p_ms: float = 0.0, jitter: float = 0.0, seed: int = 0,
+               dynamic: dict | None = None, layout: str | None = None) -> dict:
+    """A 1F1B trace in ``pipeline_kit.run --trace`` format: per-stage base times (ms), each op scaled by a
+    seeded factor in ``[1 - jitter, 1 + jitter]`` and, for stages in ``dynamic``, by a per-microbatch factor."""
+    sched = build_schedule("1f1b", len(fwd_ms), microbatches)
+    rng = random.Random(seed)
+    dynamic = dynamic or {}
+
+    def duration(rank, op, stage):  # the simulator calls it op by op in one fixed order: reproducible draws
+        base = (fwd_ms if op.kind == "F" else bwd_ms)[stage]
+        return base * (1 + jitter * (2 * rng.random() - 1)) * dynamic.get(stage, [1.0] * microbatches)[op.microbatch]
+
+    run = simulate(sched, durations=duration, p2p_latency=p2p_ms)
+    layers = parse_layout(layout).num_layers if layout else None
+    return from_sim(run, per_second=1e3, source="lab07 (synthetic)", p2p_latency=p2p_ms, layers=layers, layout=layout)
+
+
+def lab_stage_ms(layout: str, model: ModelSpec = LAB_MODEL, tflops: float = LAB_TFLOPS,
+                 slow_rank: int | None = SLOW_RANK) -> tuple[list[float], list[float]]:
+    """Per-stage F and B (ms) of ``layout`` on the lab's machine, where ``slow_rank`` runs 1.5x slower."""
+    lay = parse_layout(layout)
+    plan = plan_for(lay, item_times_from_flops(model, tflops).scaled(1e3), lay.num_stages, 2 * lay.num_stages)
+    speed = [SLOW_FACTOR if k == slow_rank else 1.0 for k in range(lay.num_stages)]
+    return [f * x for f, x in zip(plan.stage_fwd, speed)], [b * x for b, x in zip(plan.stage_bwd, speed)]
+
+
+def lab_trace(layout: str = LAB_LAYOUT, microbatches: int = 8, seed: int = 7) -> dict:
+    """The lab's run: 1F1B on the lab's 4-GPU machine, 5% jitter per op."""
+    fwd, bwd = lab_stage_ms(layout)
+    return make_trace(fwd, bwd, microbatches, LAB_P2P_MS, jitter=0.05, seed=seed, layout=layout)
+
+
+def moe_trace(seed: int = 11) -> dict:
+    """Stage 2 holds an MoE layer: its cost follows the tokens its experts get, microbatch by microbatch."""
+    fwd, bwd = lab_stage_ms(LAB_LAYOUT, slow_rank=None)
+    routing = [1.0, 1.0, 1.9, 1.0, 1.05, 0.95, 2.4, 1.0]
+    return make_trace(fwd, bwd, 8, LAB_P2P_MS, jitter=0.04, seed=seed, dynamic={2: routing}, layout=LAB_LAYOUT)
+
+
+def hidden_traces() -> list[tuple[str, dict]]:
+    """Other traces for the hidden tests: another shape, another slow stage, and the book's real CPU run."""
+    fwd, bwd = lab_stage_ms("Et*2|t*5|t*2|t*3L", slow_rank=None)
+    out = [("a PP4/M6 trace", make_trace(fwd, bwd, 6, 0.15, jitter=0.08, seed=3, layout="Et*2|t*5|t*2|t*3L")),
+           ("a PP3/M9 trace", make_trace([3.0, 1.2, 1.4], [6.5, 2.4, 2.9], 9, 0.05, jitter=0.1, seed=5,
+                                         dynamic={1: [1, 1, 1, 2.5, 1, 1, 1, 1, 2.2]}, layout="Et*5|t*2|t*2L"))]
+    if REAL_TRACE.is_file():
+        import json
+        out.append(("the book's real 2-rank trace", json.loads(REAL_TRACE.read_text())))
+    return out
+
+
+def main_run_args() -> list[str]:
+    """The ``pipeline_kit.run`` arguments of the lab's run (the model of :data:`LAB_MODEL`)."""
+    m = LAB_MODEL
+    return ["--schedule", "1f1b", "--microbatches", "8", "--layers", str(m.layers), "--hidden", str(m.hidden),
+            "--heads", str(m.heads), "--seq-len", str(m.seq_len), "--micro-batch-size", str(m.micro_batch_size),
+            "--vocab", str(m.vocab), "--layout", LAB_LAYOUT, "--seed", "1234", "--steps", "20"]
+
+
+# -- small helpers -------------------------------------------------------------------------------------
+TIGHT = 1e-7  # numbers must be computed: any figure typed from a printout is further off than this
+
+
+def _not_rounded(got: float, want: float, where: str) -> None:
+    if close(got, want, rel=5e-3):
+        fail(f"{where} = {got:.6g} is {want:.6g} rounded: compute it with the kit instead of typing the figure "
+             "(printed numbers, the seeds' and the CLI's, are rounded)")
+
+
+def _ms(x: float) -> str:
+    return f"{x:.3f} ms"
+
+
+
+
+def _raw_p50(trace: dict, stage: int, kind: str) -> float:
+    return statistics.median((e["end"] - e["start"]) * 1e3 for e in trace["timeline"]
+                             if e["stage"] == stage and e["kind"] == kind)
+
+
+def seed_items():
+    """Per-item times (ms) of the seed-pp8 model from FLOPs at 100 TFLOP/s."""
+    return item_times_from_flops(SEED, SEED_TFLOPS).scaled(1e3)
+
+
+def seed_plan(text: str, microbatches: int = SEED_M):
+    return plan_for(parse_layout(text, pp=SEED_PP, layers=SEED.layers), seed_items(), SEED_PP, microbatches)
+
+
+def seed_balance():
+    return balance(seed_items(), SEED_PP, microbatches=SEED_M)

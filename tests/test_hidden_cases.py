@@ -1,0 +1,55 @@
+"""Hidden cases are drawn per grade (``hidden_rng``): whatever the seed, the model answers pass them.
+
+A grade draws a fresh seed, so a draw the model answer cannot handle (a configuration Megatron refuses, an
+edge the answer misses) would cost a student points at random.  This runs each solution's answer cells once
+(without its real ``torchrun`` jobs) and then every hidden check that draws its cases, for several seeds.
+"""
+
+import ast
+
+import nbformat
+import pytest
+from lab_grading import SOLUTIONS
+
+from pipeline_kit.grading import remote
+from pipeline_kit.grading.notebook import is_answer, is_test, nbgrader_meta
+
+LABS = ["lab01_schedule_selection", "lab02_timelines", "lab03_bubble", "lab04_1f1b_generator", "lab05_p2p",
+        "lab07_imbalance", "lab08_interleaved"]
+REAL_RUNS = ("torchrun(", ".real_trace()", ".real_hang(", ".real_summary()", ".grader_run(")
+SEEDS = range(6)
+
+
+def _hidden_draws(source: str) -> list[str]:
+    """The statements of a test cell's hidden part that draw their cases from ``hidden_rng``."""
+    hidden = source.split("### BEGIN HIDDEN TESTS", 1)[-1].split("### END HIDDEN TESTS", 1)[0]
+    tree = ast.parse(hidden)
+    return [ast.get_source_segment(hidden, node) for node in tree.body if "hidden_rng(" in ast.unparse(node)]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_model_answer_passes_the_hidden_cases_of_any_seed(lab, monkeypatch):
+    nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
+    ns: dict = {}
+    draws = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if is_test(cell):
+            exec("\n".join(ln for ln in cell.source.splitlines() if ln.startswith(("from ", "import "))), ns)  # noqa: S102
+            draws += [(nbgrader_meta(cell)["grade_id"], s) for s in _hidden_draws(cell.source)]
+        elif not any(marker in cell.source for marker in REAL_RUNS):
+            source = "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+            try:
+                exec(source, ns)  # noqa: S102 -- the solution's own cells (IPython magics left out)
+            except Exception:  # noqa: BLE001 -- a cell that needs a real run's output; its answers are defined
+                assert not is_answer(cell) or "def " in cell.source, nbgrader_meta(cell).get("grade_id")
+    exec("from pipeline_kit.grading import hidden_rng", ns)  # noqa: S102
+    assert draws, f"{lab} draws no hidden cases"
+    for seed in SEEDS:
+        monkeypatch.setattr(remote, "DEFAULT_SEED", seed)
+        for gid, statement in draws:
+            try:
+                exec(statement, ns)  # noqa: S102
+            except Exception as exc:  # noqa: BLE001 -- say which draw failed
+                raise AssertionError(f"{gid}, seed {seed}: {statement}\n{type(exc).__name__}: {exc}") from exc
