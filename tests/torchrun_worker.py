@@ -8,9 +8,15 @@ Usage: ``torchrun ... tests/torchrun_worker.py '[["--schedule", "gpipe", ...], [
 import json
 import sys
 
+import torch.distributed as dist
+
 from pipeline_kit.run import main
 
 for args in json.loads(sys.argv[1]):
     code = main(args)
     if code:
         sys.exit(code)
+# As `python -m pipeline_kit.run` does: a gloo group left to interpreter shutdown can abort a rank on exit
+# ("terminate called without an active exception") after every run has passed.
+if dist.is_initialized():
+    dist.destroy_process_group()
