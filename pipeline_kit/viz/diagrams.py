@@ -25,7 +25,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from ..sim.blocking_p2p import run_blocking
-from .memory import RANK_COLORS, live_activations, peak
+from .figure import KitFigure
+from .memory import draw_memory_panel
 from .timeline import KIND_COLORS, Timeline, draw_timeline
 
 COLUMN_IN = 6.7  # inches; at 100 dpi the figure shows unscaled in a 1280 px window
@@ -88,7 +89,7 @@ def stacked_timelines(timelines: list[Timeline], width: float = COLUMN_IN, row_i
     extra = 0.25 * bool(kwargs.get("phases")) + 0.4 * bool(kwargs.get("first_backward"))
     heights = [tl.pp * row_in + 0.45 + extra for tl in timelines]
     legend_in = 0.8
-    fig = Figure(figsize=(width, sum(heights) + 0.45 + legend_in))
+    fig = KitFigure(figsize=(width, sum(heights) + 0.45 + legend_in))
     axes = fig.subplots(len(timelines), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     for i, (tl, ax) in enumerate(zip(timelines, axes)):
         draw_timeline(tl, ax, legend=True, tight=False, **kwargs)
@@ -107,19 +108,11 @@ def memory_rows(timelines: dict[str, Timeline], width: float = COLUMN_IN, unit_p
     rank's whole share of the model (an interleaved chunk holds ``1/v`` of it).
     """
     names = list(timelines)
-    fig = Figure(figsize=(width, 1.55 * len(names) + 0.9))
+    fig = KitFigure(figsize=(width, 1.55 * len(names) + 0.9))
     axes = fig.subplots(len(names), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
     for ax, name in zip(axes, names):
         tl = timelines[name]
-        scale = 1.0 / tl.chunks if unit_per_chunk else 1.0
-        for r in range(tl.pp):
-            steps = live_activations(tl, r)
-            xs = [t for t, _ in steps] + [tl.makespan]
-            ys = [n * scale for _, n in steps] + [steps[-1][1] * scale]
-            color = RANK_COLORS[r % len(RANK_COLORS)]
-            ax.step(xs, ys, where="post", color=color, lw=1.4, label=f"rank {r}", gid=f"memory:{r}")
-            t_peak, n_peak = peak(steps)
-            ax.plot([t_peak], [n_peak * scale], marker="o", color=color, ms=4.5, gid=f"peak:{r}")
+        draw_memory_panel(ax, tl, unit_per_chunk, peak_size=4.5)
         ax.set_title(name, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
@@ -138,7 +131,7 @@ def speedup_waterfall(factors, width: float = COLUMN_IN, title: str | None = Non
 
     ``factors`` is :func:`~pipeline_kit.layout.decompose_speedup`'s list (the first row is "ideal").
     """
-    fig = Figure(figsize=(width, 3.3))
+    fig = KitFigure(figsize=(width, 3.3))
     ax = fig.subplots()
     names, lefts = [], []
     for i, f in enumerate(factors):
@@ -192,7 +185,7 @@ def call_flow(families: list[dict], width: float = COLUMN_IN) -> Figure:
     n = len(families)
     rows = max(len(f["steps"]) for f in families)
     height = 1.7 + 0.95 * rows
-    fig = Figure(figsize=(width, height))
+    fig = KitFigure(figsize=(width, height))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, height)
@@ -281,7 +274,7 @@ def p2p_sequence(scenarios: dict[str, list], width: float = COLUMN_IN) -> Figure
     laid = {title: _sequence_layout(progs) for title, progs in scenarios.items()}
     depth = max(max((len(p) for p in items), default=1) for _, items, *_ in laid.values())
     depth = max(depth, max(max((max(r, default=0) for r in row), default=0) + 1 for *_, row, _ in laid.values()))
-    fig = Figure(figsize=(width, 0.26 * depth + 1.3))
+    fig = KitFigure(figsize=(width, 0.26 * depth + 1.3))
     axes = fig.subplots(1, len(scenarios), squeeze=False)[0]
     for ax, (title, (res, items, reached, row, pairs)) in zip(axes, laid.items()):
         n = len(items)

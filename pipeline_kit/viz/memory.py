@@ -26,15 +26,7 @@ def draw_memory(timelines: dict[str, Timeline], unit_per_chunk: bool = True) -> 
     axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
     for ax, name in zip(axes, names):
         tl = timelines[name]
-        scale = 1.0 / tl.chunks if unit_per_chunk else 1.0
-        for r in range(tl.pp):
-            steps = live_activations(tl, r)
-            xs = [t for t, _ in steps] + [tl.makespan]
-            ys = [n * scale for _, n in steps] + [steps[-1][1] * scale]
-            color = RANK_COLORS[r % len(RANK_COLORS)]
-            ax.step(xs, ys, where="post", color=color, lw=1.4, label=f"rank {r}", gid=f"memory:{r}")
-            t_peak, n_peak = peak(steps)
-            ax.plot([t_peak], [n_peak * scale], marker="o", color=color, ms=5, gid=f"peak:{r}")
+        draw_memory_panel(ax, tl, unit_per_chunk)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(tl.unit)
         ax.grid(alpha=0.3)
@@ -43,3 +35,19 @@ def draw_memory(timelines: dict[str, Timeline], unit_per_chunk: bool = True) -> 
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def draw_memory_panel(ax, tl: Timeline, unit_per_chunk: bool = True, peak_size: float = 5) -> None:
+    """One panel: each rank's live activations over time as a step line, its peak marked.
+
+    The one drawing of a memory panel, whatever the figure around it (side by side here, stacked rows in
+    :func:`pipeline_kit.viz.diagrams.memory_rows`)."""
+    scale = 1.0 / tl.chunks if unit_per_chunk else 1.0
+    for r in range(tl.pp):
+        steps = live_activations(tl, r)
+        xs = [t for t, _ in steps] + [tl.makespan]
+        ys = [n * scale for _, n in steps] + [steps[-1][1] * scale]
+        color = RANK_COLORS[r % len(RANK_COLORS)]
+        ax.step(xs, ys, where="post", color=color, lw=1.4, label=f"rank {r}", gid=f"memory:{r}")
+        t_peak, n_peak = peak(steps)
+        ax.plot([t_peak], [n_peak * scale], marker="o", color=color, ms=peak_size, gid=f"peak:{r}")
