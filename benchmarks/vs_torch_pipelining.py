@@ -9,7 +9,7 @@ the median of the per-step ratios (each kit step over the PyTorch step next to i
 interquartile range.  Target: median ratio <= 1.  The load average is printed too: timings taken
 while other jobs share the cores carry their noise.
 
-Run: ``python benchmarks/vs_torch_pipelining.py [--steps 20] [--warmup 2] [--nproc 4] [--schedules zbv,dualpipev]``
+Run: ``python benchmarks/vs_torch_pipelining.py [--steps 30] [--warmup 2] [--nproc 4] [--schedules zbv,dualpipev]``
 (it starts torchrun itself).
 """
 
@@ -25,7 +25,7 @@ import time
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=20, help="timed steps per runtime and schedule (default 20)")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per runtime and schedule (default 30)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per runtime first (default 2)")
     p.add_argument("--nproc", type=int, default=4, help="ranks = pipeline size (default 4)")
     p.add_argument("--layers", type=int, default=8)
