@@ -11,24 +11,28 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab_grading import LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, lab_names, with_answers
+from lab_grading import (LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, lab_names, replayed_torchrun,
+                         with_answers)
 
 from pipeline_kit.grading.notebook import QUESTIONS, grade, is_answer, is_test, nbgrader_meta, rubric_part
 from pipeline_kit.grading.release import make_labs
+from pipeline_kit.grading.sandbox import KERNEL_REPLAY_ENV
 
 LAB1, LAB4 = "lab01_schedule_selection", "lab04_1f1b_generator"
 
 
 @pytest.mark.parametrize("lab", lab_names())
 def test_solution_scores_full_marks(lab):
-    report = grade(SOLUTIONS / f"{lab}.ipynb")
+    with replayed_torchrun(KERNEL_REPLAY_ENV):  # the grader runs its own jobs for real; nbval runs the kernel's
+        report = grade(SOLUTIONS / f"{lab}.ipynb")
     assert report.max_score > 0
     assert report.score == report.max_score, report.text()
 
 
 @pytest.mark.parametrize("lab", lab_names())
 def test_untouched_lab_scores_zero(lab):
-    report = grade(LABS / f"{lab}.ipynb")
+    with replayed_torchrun():  # the given cells' jobs: the full-marks grade and nbval run them for real
+        report = grade(LABS / f"{lab}.ipynb")
     assert report.max_score > 0
     assert report.score == 0, report.text()
     assert all(c.feedback and c.feedback != "passed" for c in report.checks)
