@@ -142,9 +142,11 @@ def test_follow_up_a_checks():
             raise ValueError("impossible move")
         return out
 
-    lab07.check_move_layer(move, lab07.MOVE_CASES + lab07.HIDDEN_MOVE_CASES, lab07.BAD_MOVES)
+    lab07.check_move_layer(move, lab07.MOVE_CASES + lab07.hidden_move_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="must raise ValueError: stage 1 would be empty"):
-        lab07.check_move_layer(lambda t, s, d: t, [], lab07.BAD_MOVES)
+        lab07.check_move_layer(lambda t, s, d: t, [("Et*3|t|t*3L", 1, 2)])
+    with pytest.raises(LabCheckFailed, match="must raise ValueError: no stage 4"):
+        lab07.check_move_layer(lambda t, s, d: t, [("Et*3|t*3|t*3|t*3L", 3, 4)])
     lab07.check_verdict(lab07.expected_verdict, lab07.verdict_pairs(hidden=True))
 
     def faster_is_better(before, after):
@@ -165,10 +167,10 @@ def test_layout_semantics_and_legality():
         return stage, stage // v, stage % v
 
     with pytest.raises(LabCheckFailed, match="round-robin"):
-        lab07.check_where_is_layer(blocked, lab07.HIDDEN_WHERE_CASES)
+        lab07.check_where_is_layer(blocked, lab07.hidden_where_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="expected 3 stages"):
         lab07.check_layout_string(lambda c: "Et*2|t*3|t*3|L", [[2, 3, 3]])
-    lab07.check_legality(lab07.rule_of, lab07.LEGAL_CASES + lab07.HIDDEN_LEGAL_CASES)
+    lab07.check_legality(lab07.rule_of, lab07.LEGAL_CASES + lab07.hidden_legal_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="expected 'stages'"):
         lab07.check_legality(lambda t, pp, n: None if lab07.rule_of(t, pp, n) == "stages" else lab07.rule_of(t, pp, n),
                              lab07.LEGAL_CASES)
