@@ -27,6 +27,7 @@ from ...sim import simulate
 from ...trace import from_sim
 from .common import (
     close,
+    counts_text,
     fail,
 )
 
@@ -137,22 +138,6 @@ def seed_balance():
 
 
 # -- layouts for the hidden cases ----------------------------------------------------------------------
-def counts_text(counts) -> str:
-    """The layout string with E on the first stage, L on the last and ``counts[k]`` decoder layers on stage k."""
-    last = len(counts) - 1
-    body = ["" if n == 0 else "t" if n == 1 else f"t*{n}" for n in counts]
-    return "|".join(("E" if k == 0 else "") + b + ("L" if k == last else "") for k, b in enumerate(body))
-
-
-def draw_counts(r, stages: int, most: int = 5) -> list[int]:
-    """Decoder layers per stage, at least one in all: the endpoint stages may hold none (they hold E or L), the
-    others at least one."""
-    while True:
-        counts = [r.randint(0 if k in (0, stages - 1) else 1, most) for k in range(stages)]
-        if sum(counts):
-            return counts
-
-
 def draw_seed_recut(r) -> str:
     """A re-cut of the seed-pp8 model (16 layers on 8 stages): one to four single-layer moves off the even split,
     each to a neighbouring stage, every stage keeping a decoder layer (the stage-time ratio stays finite)."""
