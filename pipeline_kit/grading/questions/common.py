@@ -236,6 +236,15 @@ def draw_counts(r, stages: int, most: int = 5) -> list[int]:
             return counts
 
 
+def draw_spec(r, layers: int):
+    """A model with ``layers`` decoder layers and drawn sizes (heads divide hidden), 16- or 32-bit, tied or not."""
+    from ...layout import ModelSpec
+    heads = r.choice([2, 4, 8, 16])
+    return ModelSpec(vocab=r.choice([128, 1000, 32000, 50304]), seq_len=r.choice([16, 128, 512, 2048]),
+                     hidden=heads * r.choice([8, 32, 64]), heads=heads, layers=layers, ffn_mult=r.choice([2, 4]),
+                     tie_embeddings=r.random() < 0.3, micro_batch_size=r.randint(1, 4), dtype_bytes=r.choice([2, 4]))
+
+
 def expect_keys(mapping, keys, what: str) -> None:
     expect_type(mapping, dict, what)
     missing = [k for k in keys if k not in mapping]

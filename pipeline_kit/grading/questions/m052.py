@@ -21,6 +21,7 @@ from .common import (
     counts_text,
     describe,
     draw_counts,
+    draw_spec,
     drawn,
     expect_keys,
     expect_number,
@@ -394,20 +395,12 @@ def hidden_lifetime_cases(rng) -> list:
     return drawn(rng, 2, make, fixed=[("1f1b", 8, 4, 2, 3)])
 
 
-def _draw_spec(r, layers: int) -> ModelSpec:
-    """A model with ``layers`` decoder layers and drawn sizes (heads divide hidden), 16- or 32-bit, tied or not."""
-    heads = r.choice([2, 4, 8, 16])
-    return ModelSpec(vocab=r.choice([128, 1000, 32000, 50304]), seq_len=r.choice([16, 128, 512, 2048]),
-                     hidden=heads * r.choice([8, 32, 64]), heads=heads, layers=layers, ffn_mult=r.choice([2, 4]),
-                     tie_embeddings=r.random() < 0.3, micro_batch_size=r.randint(1, 4), dtype_bytes=r.choice([2, 4]))
-
-
 def hidden_stage_cases(rng) -> list:
     """(layout, spec, pp): pp x chunks stages whose endpoint stages may hold no decoder layer."""
     def make(r):
         pp = r.randint(1, 6)
         counts = draw_counts(r, pp * r.randint(1, 2), most=4)
-        return counts_text(counts), _draw_spec(r, sum(counts)), pp
+        return counts_text(counts), draw_spec(r, sum(counts)), pp
     return drawn(rng, 2, make, fixed=[("E|t*4|t*4|L", PRESETS["tiny"][0], 4)])
 
 
@@ -415,7 +408,7 @@ def hidden_resident_cases(rng) -> list:
     """(spec, pp, bytes per parameter): an even split (pp divides the layers); the fixed model ties embeddings."""
     def make(r):
         pp = r.randint(1, 8)
-        return _draw_spec(r, pp * r.randint(1, 4)), pp, r.choice([2, 4, 12, 16, 18])
+        return draw_spec(r, pp * r.randint(1, 4)), pp, r.choice([2, 4, 12, 16, 18])
     return drawn(rng, 2, make, fixed=[(ModelSpec(layers=6, tie_embeddings=True), 3, 2)])
 
 
@@ -423,7 +416,7 @@ def hidden_terms_cases(rng) -> list:
     """(spec, pp, M, schedule, bytes per parameter) for 1F1B and GPipe; M < pp among the fixed ones."""
     def make(r):
         pp = r.randint(2, 8)
-        return _draw_spec(r, pp * r.randint(1, 3)), pp, r.randint(1, 24), r.choice(["1f1b", "gpipe"]), 16
+        return draw_spec(r, pp * r.randint(1, 3)), pp, r.randint(1, 24), r.choice(["1f1b", "gpipe"]), 16
     return drawn(rng, 2, make, fixed=[(PRESETS["tiny"][0], 4, 2, "1f1b", 12)])
 
 
