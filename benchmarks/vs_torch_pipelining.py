@@ -3,10 +3,13 @@
 Same GPT, same stage split and placement, same microbatches, same SGD step, 4 ranks on gloo.  For each
 of the seven schedules PyTorch ships (GPipe, 1F1B, interleaved 1F1B, looped BFS, interleaved zero bubble,
 ZB-V, DualPipe-V: every kit family with a ``torch_class``) the two runtimes alternate step by step (so
-machine noise hits both alike); the median step time of each and the ratio kit / PyTorch are printed.
-Target: ratio <= 1.
+machine noise hits both alike), after the same warm-up steps for both.  Printed per schedule: the
+median step time of each, the ratio of the medians, and -- the verdict, robust to a loaded machine --
+the median of the per-step ratios (each kit step over the PyTorch step next to it) with its
+interquartile range.  Target: median ratio <= 1.  The load average is printed too: timings taken
+while other jobs share the cores carry their noise.
 
-Run: ``python benchmarks/vs_torch_pipelining.py [--steps 20] [--nproc 4] [--schedules zbv,dualpipev]``
+Run: ``python benchmarks/vs_torch_pipelining.py [--steps 30] [--warmup 2] [--nproc 4] [--schedules zbv,dualpipev]``
 (it starts torchrun itself).
 """
 
@@ -22,7 +25,8 @@ import time
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=20, help="timed steps per runtime and schedule (default 20)")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per runtime and schedule (default 30)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per runtime first (default 2)")
     p.add_argument("--nproc", type=int, default=4, help="ranks = pipeline size (default 4)")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--hidden", type=int, default=128)
@@ -48,6 +52,7 @@ def worker(args) -> None:
     from pipeline_kit.schedules import FAMILIES, build_schedule
 
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
     env = init_distributed("gloo")
     pp, rank, m = env.world, env.rank, args.microbatches
     cfg = GPTConfig(layers=args.layers, hidden=args.hidden, seq_len=args.seq_len, heads=4)
@@ -69,7 +74,7 @@ def worker(args) -> None:
         single = issubclass(torch_cls, torch_schedules.PipelineScheduleSingle)
         torch_sched = torch_cls(stages[0], **kwargs) if single else torch_cls(stages, **kwargs)
         times = {"kit": [], "torch": []}
-        for step in range(args.steps + 2):  # two warm-up steps each
+        for step in range(args.warmup + args.steps):
             tokens, targets = make_batch(cfg, m, args.micro_batch_size, step)
             order = ("kit", "torch") if step % 2 == 0 else ("torch", "kit")  # neither always goes first
             for runtime in order:
@@ -89,18 +94,30 @@ def worker(args) -> None:
                     opt_theirs.zero_grad(set_to_none=True)
                 elapsed = torch.tensor([time.perf_counter() - t0])
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-                if step >= 2:
+                if step >= args.warmup:
                     times[runtime].append(float(elapsed))
         label = name + (f" v={v}" if FAMILIES[name].chunks == "any" else "")
-        rows.append((label, FAMILIES[name].torch_class, statistics.median(times["kit"]),
-                     statistics.median(times["torch"])))
+        rows.append((label, FAMILIES[name].torch_class, times["kit"], times["torch"]))
     if rank == 0:
-        print(f"{pp} ranks, gloo, GPT layers={args.layers} hidden={args.hidden} seq={args.seq_len} "
-              f"micro-batch={args.micro_batch_size} microbatches={m}; median of {args.steps} alternating steps")
-        print(f"{'schedule':<18} {'PyTorch class':<30} {'kit ms':>9} {'torch ms':>9} {'kit/torch':>10}")
-        for label, cls, kit, ref in rows:
-            print(f"{label:<18} {cls:<30} {kit * 1000:>9.1f} {ref * 1000:>9.1f} {kit / ref:>10.3f}")
+        print(report(rows, args, pp, load_before), flush=True)
     dist.destroy_process_group()
+
+
+def report(rows, args, pp: int, load_before: float) -> str:
+    """The table: medians, their ratio, and the median and quartiles of the per-step ratios."""
+    lines = [f"{pp} ranks, gloo, GPT layers={args.layers} hidden={args.hidden} seq={args.seq_len} "
+             f"micro-batch={args.micro_batch_size} microbatches={args.microbatches}; {args.steps} alternating "
+             f"steps each after {args.warmup} warm-up; load average {load_before:.1f} before, "
+             f"{os.getloadavg()[0]:.1f} after",
+             f"{'schedule':<18} {'PyTorch class':<30} {'kit ms':>8} {'torch ms':>8} {'ratio of':>8} "
+             f"{'per-step kit/torch':>19}",
+             f"{'':<18} {'':<30} {'median':>8} {'median':>8} {'medians':>8} {'median [q1, q3]':>19}"]
+    for label, cls, kit, ref in rows:
+        kit_ms, ref_ms = statistics.median(kit), statistics.median(ref)
+        q1, mid, q3 = statistics.quantiles([a / b for a, b in zip(kit, ref)], n=4)
+        lines.append(f"{label:<18} {cls:<30} {kit_ms * 1000:>8.1f} {ref_ms * 1000:>8.1f} {kit_ms / ref_ms:>8.3f} "
+                     f"{mid:>6.3f} [{q1:.3f}, {q3:.3f}]")
+    return "\n".join(lines)
 
 
 def main() -> int:

@@ -8,8 +8,10 @@ Replay, for the test suite only: with ``PIPELINE_KIT_TORCHRUN_REPLAY=DIR`` set, 
 in ``DIR`` is not run; its recorded return code, stdout, stderr and the files it wrote (``--trace`` /
 ``--json``) come back instead.  A job without a recording runs for real.  With
 ``PIPELINE_KIT_TORCHRUN_RECORD=1`` too, every job runs for real and its recording is (re)written.  The
-tests grade typical wrong answers with it, where the run is not what is being tested; the solutions'
-full-marks gradings and nbval always run the real jobs.
+tests grade typical wrong answers and the untouched labs with it, where the run is not what is being
+tested; the solutions' full-marks gradings run the grader's jobs for real (only the student's kernel
+replays the given cells' jobs, see :func:`pipeline_kit.grading.sandbox.replay_dir`), and nbval runs every
+job of the solutions for real.
 """
 
 from __future__ import annotations

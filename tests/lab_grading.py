@@ -5,7 +5,10 @@ equivalent right answers written differently), and asserts that exactly the chec
 points, each with its own feedback.  The real ``torchrun`` jobs of those gradings are replayed from
 ``tests/data/torchrun`` (:mod:`pipeline_kit.launch`): the jobs are not what those tests test, and the
 solutions' full-marks gradings and nbval run them for real.  Refresh the recordings with
-``PIPELINE_KIT_TORCHRUN_RECORD=1 python -m pytest tests/test_lab0*.py -k wrong_answers``.
+``PIPELINE_KIT_TORCHRUN_RECORD=1 python -m pytest tests/test_lab0*.py -k wrong_answers``; the student's kernel
+replays them too but cannot write recordings, so a job only a given cell starts is recorded by calling the same
+function in the host with both variables set (e.g. ``torchrun(4, *lab05.RUN, "--inject", "crash:rank=2,mb=1",
+timeout=120)``, as the lab's given cell does).
 """
 
 from __future__ import annotations
@@ -47,17 +50,18 @@ def with_answers(tmp_path: Path, lab: str, answers: dict[str, str], name: str = 
 
 
 @contextmanager
-def replayed_torchrun():
-    """``pipeline_kit.launch.torchrun`` replays the recorded jobs (and runs any other for real) meanwhile."""
-    old = os.environ.get(REPLAY_ENV)
-    os.environ[REPLAY_ENV] = str(RECORDINGS)
+def replayed_torchrun(env: str = REPLAY_ENV):
+    """``pipeline_kit.launch.torchrun`` replays the recorded jobs (and runs any other for real) meanwhile: in
+    the grader and the kernel, or with ``env=KERNEL_REPLAY_ENV`` in the student's kernel only."""
+    old = os.environ.get(env)
+    os.environ[env] = str(RECORDINGS)
     try:
         yield
     finally:
         if old is None:
-            os.environ.pop(REPLAY_ENV, None)
+            os.environ.pop(env, None)
         else:
-            os.environ[REPLAY_ENV] = old
+            os.environ[env] = old
 
 
 def grade_answers(tmp_path: Path, lab: str, answers: dict[str, str], timeout: float = 60.0):

@@ -3,7 +3,6 @@ can never crash it -- syntax errors, exceptions, infinite loops, dead kernels an
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -12,24 +11,28 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab_grading import LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, lab_names, with_answers
+from lab_grading import (LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, lab_names, replayed_torchrun,
+                         with_answers)
 
-from pipeline_kit.grading.notebook import grade, is_answer, is_test, nbgrader_meta
+from pipeline_kit.grading.notebook import QUESTIONS, grade, is_answer, is_test, nbgrader_meta, rubric_part
 from pipeline_kit.grading.release import make_labs
+from pipeline_kit.grading.sandbox import KERNEL_REPLAY_ENV
 
 LAB1, LAB4 = "lab01_schedule_selection", "lab04_1f1b_generator"
 
 
 @pytest.mark.parametrize("lab", lab_names())
 def test_solution_scores_full_marks(lab):
-    report = grade(SOLUTIONS / f"{lab}.ipynb")
+    with replayed_torchrun(KERNEL_REPLAY_ENV):  # the grader runs its own jobs for real; nbval runs the kernel's
+        report = grade(SOLUTIONS / f"{lab}.ipynb")
     assert report.max_score > 0
     assert report.score == report.max_score, report.text()
 
 
 @pytest.mark.parametrize("lab", lab_names())
 def test_untouched_lab_scores_zero(lab):
-    report = grade(LABS / f"{lab}.ipynb")
+    with replayed_torchrun():  # the given cells' jobs: the full-marks grade and nbval run them for real
+        report = grade(LABS / f"{lab}.ipynb")
     assert report.max_score > 0
     assert report.score == 0, report.text()
     assert all(c.feedback and c.feedback != "passed" for c in report.checks)
@@ -52,7 +55,7 @@ def test_labs_hide_solutions_and_hidden_tests():
 
 
 def test_points_follow_the_seed_rubric():
-    """Each question's checks add up to 10 (main) + 5 (follow-up), and the labs cover M041-M054."""
+    """Each question's checks add up to 10 (main) + 5 (follow-up); the labs cover M041-M054 and ZB-V."""
     totals = defaultdict(float)
     for lab in lab_names():
         nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
@@ -67,13 +70,13 @@ def test_points_follow_the_seed_rubric():
                 assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, (lab, meta)
             if is_test(cell):
                 assert meta["locked"] and meta["points"] > 0, (lab, meta)
-                match = re.fullmatch(r"(m0\d\d)_(main|follow)_\w+", meta["grade_id"])
-                assert match, f"{lab}: test cell {meta['grade_id']} is not named m0XX_main_* / m0XX_follow_*"
-                totals[match.group(1), match.group(2)] += meta["points"]
-    for q in range(41, 55):
-        assert totals[f"m0{q}", "main"] == 10, (q, dict(totals))
-        assert totals[f"m0{q}", "follow"] == 5, (q, dict(totals))
-    assert len(totals) == 28
+                part = rubric_part(meta["grade_id"])
+                assert part, f"{lab}: test cell {meta['grade_id']} is not named m0XX_main_* / zbv_follow_* / ..."
+                totals[part] += meta["points"]
+    for q in QUESTIONS:
+        assert totals[q, "main"] == 10, (q, dict(totals))
+        assert totals[q, "follow"] == 5, (q, dict(totals))
+    assert len(totals) == 2 * len(QUESTIONS) == 30
 
 
 def test_nbgrader_generates_the_same_lab(tmp_path):

@@ -91,7 +91,7 @@ def test_command_line_run_trace_and_json(tmp_path):
 def test_synthetic_compute_makespan_matches_the_simulator(tmp_path):
     # 80 ms forwards: the ~0.5 ms each op costs in Python and wake-ups on 4 ranks sharing 2 cores
     # stays well inside the 5% the check allows
-    runs = [["--schedule", name, "--microbatches", "16", "--steps", "3", "--synthetic-compute", "80,160", *extra,
+    runs = [["--schedule", name, "--microbatches", "8", "--steps", "3", "--synthetic-compute", "80,160", *extra,
              "--json", str(tmp_path / f"{name}.json")] for name, extra in (("1f1b", []), ("interleaved", ["-v", "2"]))]
     proc = run_worker(4, runs)
     for name in ("1f1b", "interleaved"):

@@ -45,6 +45,18 @@ def is_test(cell) -> bool:
     return bool(meta.get("grade")) and not meta.get("solution") and cell.get("cell_type") == "code"
 
 
+# A test cell is named after the rubric point it grades: ``m044_main_formula``, ``zbv_follow_memory``.  The
+# questions are the bank's M041-M054 and ``zbv`` (lab 9's zero-bubble V schedules, beyond the bank).
+RUBRIC_ID = re.compile(r"(m0\d\d|zbv)_(main|follow)_\w+\Z")
+QUESTIONS = tuple(f"m{n:03d}" for n in range(41, 55)) + ("zbv",)
+
+
+def rubric_part(grade_id: str) -> tuple[str, str] | None:
+    """``(question, "main" | "follow")`` of a test cell's ``grade_id``, or None when it is not named so."""
+    match = RUBRIC_ID.match(grade_id or "")
+    return (match.group(1), match.group(2)) if match else None
+
+
 def cell_kind(cell) -> str:
     """``markdown``, ``answer``, ``test``, ``given`` (a locked cell of the lab) or ``extra`` (the student's own)."""
     if cell.get("cell_type") != "code":

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..launch import REPLAY_ENV
+
 KERNEL_NAME = "pipeline-kit-student"
 MEMORY_LIMIT = 4 * 2**30       # bytes of address space per process (torch with gloo needs about 1.5 GiB)
 PROCESS_LIMIT = 1024           # processes and threads of the sandbox's user
@@ -47,9 +49,26 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"
 KIT_FILES = ("pipeline_kit", "book/data")  # what of the repository the kernel sees: the package and run data
 
 
+KERNEL_REPLAY_ENV = "PIPELINE_KIT_KERNEL_TORCHRUN_REPLAY"
+
+
+def replay_dir() -> Path | None:
+    """The test suite's ``torchrun`` recordings, when the kernel replays them (:mod:`pipeline_kit.launch`).
+
+    Why the kernel gets them: the given cells of labs 5, 6 and 8 start real jobs, and a test of the grading
+    does not test those jobs (nbval runs the solutions' jobs for real).  The kernel replays when the grader
+    replays (``PIPELINE_KIT_TORCHRUN_REPLAY``: the wrong-answer gradings) or when only the kernel should
+    (``PIPELINE_KIT_KERNEL_TORCHRUN_REPLAY``: the full-marks gradings, whose grader runs its own jobs for
+    real).  Only the grader's own environment can turn this on; the kernel sees the folder read-only.
+    """
+    replay = os.environ.get(KERNEL_REPLAY_ENV) or os.environ.get(REPLAY_ENV)
+    return Path(replay).resolve() if replay and Path(replay).is_dir() else None
+
+
 def visible_paths(solutions: Path) -> list[str]:
     """Host paths the kernel's new root shows (read-only): system folders, the Python install, the venv and
-    ``sys.path``, and of the repository only :data:`KIT_FILES` -- never a folder holding ``solutions``."""
+    ``sys.path``, and of the repository only :data:`KIT_FILES` (and the test suite's :func:`replay_dir`) --
+    never a folder holding ``solutions``."""
     hidden = [solutions.resolve(), ROOT / "solutions", ROOT / ".git"]
 
     def allowed(p: Path) -> bool:
@@ -62,6 +81,8 @@ def visible_paths(solutions: Path) -> list[str]:
         if p and os.path.isdir(p):
             wanted += [Path(os.path.abspath(p)), Path(os.path.realpath(p))]
     wanted += [ROOT / k for k in KIT_FILES]
+    if replay_dir() is not None:
+        wanted.append(replay_dir())
     out: list[str] = []
     for p in sorted({p for p in wanted if allowed(p) and (p.exists() or p.is_symlink())}, key=str):
         if not any(Path(o) in p.parents for o in out):  # already visible through a bound parent
@@ -82,6 +103,8 @@ def prepare(work: Path, solutions: Path, sandbox: bool, tag: str) -> KernelPlace
     os.chmod(work, 0o755)
     place = KernelPlace(work, run / "spec", run / "connection.json", run / "ipc" / "k", run / "status.json", sandbox)
     env = {k: os.environ[k] for k in ENV_KEPT if k in os.environ}
+    if replay_dir() is not None:
+        env[REPLAY_ENV] = str(replay_dir())
     env.update(HOME=str(run / "home"), TMPDIR=str(run / "tmp"), IPYTHONDIR=str(run / "ipython"),
                MPLCONFIGDIR=str(run / "mpl"), PYTHONDONTWRITEBYTECODE="1")
     kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]

@@ -11,9 +11,10 @@ lists in ``schedule.ranks[rank]`` -- and everything the schedule layer promised 
   ``s + 1``; backpropagate (``I``: input gradient only); send the input gradient to stage ``s - 1``.
 * ``W m``: accumulate the weight gradients the matching ``I`` left for later.
 
-Before each op computes, the receive its *next* op needs is already posted (``prefetch``), so that
-tensor travels while this op computes -- the overlap Megatron gets from its combined
-``send_forward_recv_backward`` calls.
+Receives are posted before they are needed, so tensors travel while ops compute -- the overlap
+Megatron gets from its combined ``send_forward_recv_backward`` calls: on gloo every receive of the
+step is posted at its start (``post_ahead``); on NCCL, where each buffer is GPU memory, the receive
+of the *next* op is posted before this op computes (``prefetch``).
 
 Gradients accumulate across microbatches; the optimizer steps after the flush (in ``run.py``).
 The executor counts live activations exactly as the simulator does, and records a trace whose
@@ -52,6 +53,7 @@ def run_step(schedule: Schedule, rank: int, compute, p2p: P2P, tokens: list, cud
     live = live_bytes = 0
     t0 = time.perf_counter()
     p2p.waits_since(t0, rec.waits)
+    p2p.post_ahead(inbox)
 
     for i, op in enumerate(ops):
         kind, m, chunk = op

@@ -12,9 +12,10 @@ directions join the same two ranks:
    receive to the same peer could wait on a peer doing the same -- separate channels cannot.
 2. **Receive in the sender's order.**  Every rank knows the whole schedule, so it knows the exact
    sequence of messages each neighbour will send it (:func:`~pipeline_kit.schedules.messages.message_plan`,
-   the kit's one message rule).  Receives are posted
-   in that order, lazily, up to the one needed now; each carries its sequence number as tag, so a
-   skipped message is reported as itself, not as the one after it.
+   the kit's one message rule).  Receives are posted in that order -- all of a step's at its start
+   when buffers live in host memory (:meth:`P2P.post_ahead`), else up to the one the next op
+   needs; each carries its sequence number as tag, so a skipped message is reported as itself, not
+   as the one after it.
 3. **Buffers live until delivered.**  A gloo send completes only when the receiver posts the
    matching receive, and its ``Work`` cannot be polled; a helper thread waits on each send so the
    sender never blocks, and drops the buffer the moment it is delivered.
@@ -90,6 +91,8 @@ class P2P:
         self.timeout_s, self.verbose = timeout_s, verbose
         self.send_shapes, self.via_host = send_shapes, via_host
         self.nccl = dist.get_backend() == "nccl" and not via_host
+        # post a whole step's receives at its start: only where buffers are host memory (see post_ahead)
+        self.receive_early = not self.nccl and not send_shapes
         self.plan = message_plan(schedule)
         # Every rank creates every channel's group, in the same order (new_group is collective).
         self.groups = {ch: dist.new_group(list(ch)) for ch in sorted(self.plan) if ch[0] != ch[1]}
@@ -156,6 +159,22 @@ class P2P:
         if msg is None or self.rank_of[msg.src_stage] == self.rank or self.send_shapes:
             return
         self._post_up_to((self.rank_of[msg.src_stage], self.rank), msg)
+
+    def post_ahead(self, msgs) -> None:
+        """At a step's start, post the receive of every message in ``msgs`` (None: no message) at once.
+
+        Why: a gloo send leaves only once the receiver has posted its receive.  The receiver's notice
+        crosses the socket, then the data does, and each crossing waits for a gloo thread on one side
+        to be scheduled -- milliseconds when ranks share cores.  Posted just in time, that round trip
+        lies on the pipeline's critical path; posted at the step's start, every message flows the
+        moment it is sent.  The price is that every receive buffer of the step exists from its start:
+        cheap in host memory, not on a GPU, whose memory the simulator's peaks are compared with --
+        so with NCCL (and with shape messages, whose sizes are not known yet) receives stay lazy:
+        :meth:`prefetch` posts each one a single op ahead.
+        """
+        if self.receive_early:
+            for msg in msgs:
+                self.prefetch(msg)
 
     def _post_up_to(self, ch, msg: Message) -> None:
         msgs, todo = self.plan[ch], self._pending[ch]

@@ -203,12 +203,20 @@ def _phase_patch(a: float, b: float, y: float, name: str, rank: int):
 
 
 def draw_comparison(top: Timeline, bottom: Timeline, **kwargs) -> Figure:
-    """Two timelines one above the other on a shared time axis (e.g. simulated vs measured)."""
+    """Two timelines one above the other on a shared time axis (e.g. simulated vs measured).
+
+    The bottom one gets a legend of its own when its colours differ from the top's (other op kinds or
+    chunks, e.g. 1F1B above ZB-V); otherwise the top's legend serves both.
+    """
     pp = max(top.pp, bottom.pp)
     fig = KitFigure(figsize=(12, 1.1 * pp + 2.4))
     axes = fig.subplots(2, 1, sharex=True)
+
+    def colours(tl: Timeline):
+        return {o["kind"] for o in tl.ops}, tl.chunks
+
     draw_timeline(top, axes[0], legend=True, **kwargs)
-    draw_timeline(bottom, axes[1], legend=False, **kwargs)
+    draw_timeline(bottom, axes[1], legend=colours(bottom) != colours(top), **kwargs)
     right = max(top.makespan, bottom.makespan) * 1.01
     axes[0].set_xlim(0, right)
     axes[0].set_xlabel("")
