@@ -1,5 +1,6 @@
 """Lab 3 (M044, M045): typical wrong answers lose exactly their points, with feedback naming the mistake."""
 
+import random
 from fractions import Fraction
 
 import pytest
@@ -130,7 +131,7 @@ def test_losses_scaled_by_parameters():
 
 
 def test_measured_bubble_mistakes():
-    traces = lab03.hidden_traces()
+    traces = lab03.hidden_trace_cases(random.Random(0))
     lab03.check_measured_bubble(lab03.idle_share, traces)
     with pytest.raises(LabCheckFailed, match="the formula's value"):
         lab03.check_measured_bubble(lambda t: Fraction(t["pp"] - 1, t["microbatches"] + t["pp"] - 1), traces)
@@ -145,7 +146,7 @@ def test_measured_bubble_mistakes():
 
 
 def test_plan_balanced_with_slowest_stage():
-    traces = lab03.hidden_traces()
+    traces = lab03.hidden_trace_cases(random.Random(0))
     lab03.check_plan(lab03.expected_plan, traces)
 
     def slowest(trace):

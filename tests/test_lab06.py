@@ -13,6 +13,7 @@ from lab_grading import SOLUTIONS, assert_partial, grade_answers
 from pipeline_kit.grading.labs import lab06
 from pipeline_kit.grading.questions import m047
 from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.layout import ModelSpec
 
 LAB = "lab06_stages"
 
@@ -181,6 +182,9 @@ def test_follow_up_stage_wrong_answers(sol):
     with pytest.raises(LabCheckFailed, match="final LayerNorm"):
         lab06.check_endpoint_extra(lambda s: {"first": s.vocab * s.hidden + s.seq_len * s.hidden,
                                               "last": s.vocab * s.hidden}, ["seed-pp8"])
+    with pytest.raises(LabCheckFailed, match=r"endpoint_extra\(<ModelSpec layers=12, .*position embedding"):
+        lab06.check_endpoint_extra(lambda s: {"first": s.vocab * s.hidden, "last": s.vocab * s.hidden + 2 * s.hidden},
+                                   [ModelSpec(layers=12, vocab=300)])
 
     def minus_copy(cfg, n):
         per, unique = sol["tied_counts"](cfg, n)

@@ -65,7 +65,7 @@ def test_metrics_right_answer_and_idle_without_tail():
         return [{**r, "F_p50": s.mean("F") * 1e3} for r, s in zip(_metrics(trace), service_times(trace))]
 
     with pytest.raises(LabCheckFailed, match="is the mean; use the median"):
-        lab07.check_metrics(mean, lab07.expected_slowest, lab07.hidden_traces())
+        lab07.check_metrics(mean, lab07.expected_slowest, lab07.hidden_stage_traces(random.Random(0)))
 
 
 def test_slowest_by_raw_durations_names_the_wait():
@@ -126,14 +126,14 @@ def test_experiment_holds_everything_but_the_layout():
 
 def test_follow_up_a_checks():
     moe = [("moe", lab07.moe_trace())]
-    lab07.check_per_microbatch(lab07.expected_per_microbatch, moe + lab07.hidden_traces())
+    lab07.check_per_microbatch(lab07.expected_per_microbatch, moe + lab07.hidden_stage_traces(random.Random(0)))
 
     def forward_only(trace, stage):
         return [lab07.expected_metrics_op(trace, stage, m, "F") for m in range(trace["microbatches"])]
 
     with pytest.raises(LabCheckFailed, match="is only the F op"):
         lab07.check_per_microbatch(forward_only, moe)
-    lab07.check_dynamic(lab07.expected_dynamic, moe + MAIN + lab07.hidden_traces())
+    lab07.check_dynamic(lab07.expected_dynamic, moe + MAIN + lab07.hidden_stage_traces(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="is static, not dynamic"):
         lab07.check_dynamic(lab07.expected_slowest, MAIN)
     def move(text, src, dst):
@@ -142,10 +142,12 @@ def test_follow_up_a_checks():
             raise ValueError("impossible move")
         return out
 
-    lab07.check_move_layer(move, lab07.MOVE_CASES + lab07.HIDDEN_MOVE_CASES, lab07.BAD_MOVES)
+    lab07.check_move_layer(move, lab07.MOVE_CASES + lab07.hidden_move_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="must raise ValueError: stage 1 would be empty"):
-        lab07.check_move_layer(lambda t, s, d: t, [], lab07.BAD_MOVES)
-    lab07.check_verdict(lab07.expected_verdict, lab07.verdict_pairs(hidden=True))
+        lab07.check_move_layer(lambda t, s, d: t, [("Et*3|t|t*3L", 1, 2)])
+    with pytest.raises(LabCheckFailed, match="must raise ValueError: no stage 4"):
+        lab07.check_move_layer(lambda t, s, d: t, [("Et*3|t*3|t*3|t*3L", 3, 4)])
+    lab07.check_verdict(lab07.expected_verdict, lab07.hidden_verdict_pairs(random.Random(0)))
 
     def faster_is_better(before, after):
         return "better" if after["makespan"] < before["makespan"] else "not better"
@@ -165,10 +167,10 @@ def test_layout_semantics_and_legality():
         return stage, stage // v, stage % v
 
     with pytest.raises(LabCheckFailed, match="round-robin"):
-        lab07.check_where_is_layer(blocked, lab07.HIDDEN_WHERE_CASES)
+        lab07.check_where_is_layer(blocked, lab07.hidden_where_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="expected 3 stages"):
         lab07.check_layout_string(lambda c: "Et*2|t*3|t*3|L", [[2, 3, 3]])
-    lab07.check_legality(lab07.rule_of, lab07.LEGAL_CASES + lab07.HIDDEN_LEGAL_CASES)
+    lab07.check_legality(lab07.rule_of, lab07.LEGAL_CASES + lab07.hidden_legal_cases(random.Random(0)))
     with pytest.raises(LabCheckFailed, match="expected 'stages'"):
         lab07.check_legality(lambda t, pp, n: None if lab07.rule_of(t, pp, n) == "stages" else lab07.rule_of(t, pp, n),
                              lab07.LEGAL_CASES)

@@ -220,6 +220,31 @@ def drawn(rng, n: int, make, fixed=()) -> list:
     return out
 
 
+def counts_text(counts) -> str:
+    """The layout string with E on the first stage, L on the last and ``counts[k]`` decoder layers on stage k."""
+    last = len(counts) - 1
+    body = ["" if n == 0 else "t" if n == 1 else f"t*{n}" for n in counts]
+    return "|".join(("E" if k == 0 else "") + b + ("L" if k == last else "") for k, b in enumerate(body))
+
+
+def draw_counts(r, stages: int, most: int = 5) -> list[int]:
+    """Decoder layers per stage, at least one in all: the endpoint stages may hold none (they hold E or L), the
+    others at least one."""
+    while True:
+        counts = [r.randint(0 if k in (0, stages - 1) else 1, most) for k in range(stages)]
+        if sum(counts):
+            return counts
+
+
+def draw_spec(r, layers: int):
+    """A model with ``layers`` decoder layers and drawn sizes (heads divide hidden), 16- or 32-bit, tied or not."""
+    from ...layout import ModelSpec
+    heads = r.choice([2, 4, 8, 16])
+    return ModelSpec(vocab=r.choice([128, 1000, 32000, 50304]), seq_len=r.choice([16, 128, 512, 2048]),
+                     hidden=heads * r.choice([8, 32, 64]), heads=heads, layers=layers, ffn_mult=r.choice([2, 4]),
+                     tie_embeddings=r.random() < 0.3, micro_batch_size=r.randint(1, 4), dtype_bytes=r.choice([2, 4]))
+
+
 def expect_keys(mapping, keys, what: str) -> None:
     expect_type(mapping, dict, what)
     missing = [k for k in keys if k not in mapping]

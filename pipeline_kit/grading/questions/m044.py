@@ -275,14 +275,6 @@ def trace_from_sim(result: SimResult, recorded_latency: float | None = None, uni
             "timeline": timeline, "waits": waits}
 
 
-def hidden_traces() -> list[dict]:
-    return [
-        trace_from_sim(_sim(3, 5, fwd=[1, 1, 1.5], bwd=[2, 2, 3], p2p_latency=0.2), recorded_latency=0.05),
-        trace_from_sim(_sim(4, 3, "gpipe", fwd=[1.2, 1, 1, 1], bwd=2, p2p_latency=0.1)),
-        trace_from_sim(_sim(2, 4, "interleaved", 2, p2p_latency=0.05), recorded_latency=0.0),
-    ]
-
-
 TRACE_RUN = ("--schedule", "1f1b", "-m", "4", "--layers", "2", "--hidden", "32", "--steps", "2",
              "--synthetic-compute", "20,40", "--trace", "{file}", "--p2p-timeout", "20")  # the lab's real run
 
@@ -491,3 +483,18 @@ def check_plan(timeline_plan, traces) -> None:
 def hidden_formula_cases(rng) -> list:
     """(pp, M) for the three formula functions: M = 1, M < pp and M = pp always, three more drawn."""
     return drawn(rng, 3, lambda r: (r.randint(2, 16), r.randint(1, 64)), fixed=[(2, 1), (8, 4), (5, 5)])
+
+
+def hidden_trace_cases(rng) -> list[dict]:
+    """Simulated traces: 1F1B, GPipe or interleaved, per-stage costs, a P2P latency and sometimes a recorded
+    latency that is not the real one; the fixed trace has an uneven last stage and a mis-recorded latency."""
+    def make(r):
+        name, pp = r.choice(["1f1b", "gpipe", "interleaved"]), r.randint(2, 5)
+        v = 2 if name == "interleaved" else None
+        m = pp * r.randint(1, 3) if v else r.randint(1, 10)
+        fwd = [r.choice([1, 1, 1.2, 1.5, 2]) for _ in range(pp * (v or 1))]
+        bwd = [f * r.choice([2, 2, 2.5, 3]) for f in fwd]
+        sim = _sim(pp, m, name, v, fwd=fwd, bwd=bwd, p2p_latency=r.choice([0, 0.05, 0.1, 0.2]))
+        return trace_from_sim(sim, recorded_latency=r.choice([None, None, 0.0, 0.05]))
+    return drawn(rng, 2, make, fixed=[trace_from_sim(_sim(3, 5, fwd=[1, 1, 1.5], bwd=[2, 2, 3], p2p_latency=0.2),
+                                                     recorded_latency=0.05)])

@@ -287,3 +287,24 @@ def hidden_scheme_cases(rng) -> list:
         kw = {"b": b} if r.random() < 0.5 else {"gbs": m * b}
         return pp, m, r.choice([0.0, 0.25, 1.0]), r.choice([0.5, 1.0, 2.0]), r.choice([0.0, 5.0, 10.0, 50.0]), kw
     return drawn(rng, 2, make, fixed=[(2, 3, 0.0, 1.0, 5.0, {"gbs": 12})])
+
+
+def hidden_confounder_pairs(rng) -> list:
+    """(run_a, run_b) pairs: M changes, b changes or not, and zero to two other knobs change with it.
+
+    The fixed pair changes dp so that b x M x dp stays the same: dp is a confounder, the global batch is not.
+    """
+    knobs = {"pp": [2, 4, 8], "dp": [1, 2, 4], "seq_len": [1024, 2048, 4096], "layout": ["even", "Et*3|...", "E|tL"],
+             "gpu": ["H100", "A100", "B200"]}
+
+    def make(r):
+        a = {k: r.choice(v) for k, v in knobs.items()}
+        a.update(microbatches=r.choice([4, 8, 16]), micro_batch_size=r.choice([2, 4, 8]))
+        b = {**a, "microbatches": a["microbatches"] * r.choice([2, 4])}
+        b["micro_batch_size"] = r.choice([a["micro_batch_size"], max(1, a["micro_batch_size"] // 2), 1])
+        for k in r.sample(sorted(knobs), r.randint(0, 2)):
+            b[k] = r.choice([v for v in knobs[k] if v != a[k]])
+        return (a, b) if r.random() < 0.5 else (b, a)
+    base = {"pp": 8, "dp": 2, "microbatches": 16, "micro_batch_size": 4, "seq_len": 2048, "layout": "even",
+            "gpu": "H100"}
+    return drawn(rng, 3, make, fixed=[(base, {**base, "microbatches": 32, "micro_batch_size": 1, "dp": 4})])

@@ -379,3 +379,35 @@ def hidden_varlen_cases(rng) -> list:
     return drawn(rng, 1, lambda r: ([r.randint(1, 4096) for _ in range(r.randint(2, 6))], r.randint(1, 4),
                                     r.randint(8, 1024), _dtype(r), r.randint(2, 8)),
                  fixed=[([7, 1, 30], 2, 64, torch.float32, 2)])
+
+
+def hidden_recv_buffer_cases(rng) -> list:
+    """(shape, dtype): one to four real dimensions (the rest of the meta tensor is padding), any dtype."""
+    import torch
+
+    def make(r):
+        return tuple(r.randint(1, 64) for _ in range(r.randint(1, 4))), r.choice(
+            [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32])
+    return drawn(rng, 2, make, fixed=[((1, 2, 3, 4), torch.float16), ((9,), torch.int64)])
+
+
+def hidden_step_cases(rng) -> list:
+    """(pp, M, preset, chunks) Megatron runs: pp x chunks divides the layers, M a multiple of pp when interleaved."""
+    def make(r):
+        preset = r.choice(sorted(PRESETS))
+        layers = PRESETS[preset][0].layers
+        pp, chunks = r.choice([(p, v) for p in range(2, 9) for v in range(1, 5) if layers % (p * v) == 0])
+        return pp, pp * r.randint(1, 4) if chunks > 1 else r.randint(1, 32), preset, chunks
+    return drawn(rng, 2, make, fixed=[(2, 4, "tiny", 4)])
+
+
+def hidden_per_gpu_cases(rng) -> list:
+    """(tp, sp, cp) for the seed model: the 512-token sequence splits evenly by cp and, with sp, by tp."""
+    return drawn(rng, 2, lambda r: (r.choice([1, 2, 4, 8]), r.random() < 0.5, r.choice([1, 2, 4, 8])),
+                 fixed=[(2, True, 4), (4, False, 2)])
+
+
+def hidden_accounting_cases(rng) -> list:
+    """(pp, M, send_shapes, via_host) for the seed model: pp divides its 16 layers (the kit splits evenly)."""
+    return drawn(rng, 2, lambda r: (r.choice([2, 4, 8, 16]), r.randint(1, 32), r.random() < 0.5, r.random() < 0.5),
+                 fixed=[(2, 3, False, True)])

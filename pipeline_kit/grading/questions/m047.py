@@ -20,6 +20,8 @@ from .common import (
     check,
     close,
     describe,
+    draw_spec,
+    drawn,
     expect_keys,
     expect_number,
     expect_type,
@@ -60,6 +62,13 @@ def kit_layout(layers: int, n: int) -> Layout:
     """The layout the runtime builds by default: ``split_layers`` (earlier stages take any extra layer)."""
     from ...runtime.model import default_layout
     return default_layout(layers, n)
+
+
+def _named_spec(model) -> tuple[ModelSpec, str]:
+    """A case's model, a preset's name or a ModelSpec, and how feedback names it."""
+    if isinstance(model, str):
+        return PRESETS[model][0], f"PRESETS[{model!r}][0]"
+    return model, f"<ModelSpec layers={model.layers}, hidden={model.hidden}, vocab={model.vocab}>"
 
 
 # -- M047 main -----------------------------------------------------------------------------------
@@ -188,9 +197,9 @@ def check_seed_imbalance(value) -> None:
 
 @check
 def check_cost_table(fn, cases) -> None:
-    for preset, pp in cases:
-        spec = PRESETS[preset][0]
-        what = f"cost_table(PRESETS[{preset!r}][0], {pp})"
+    for model, pp in cases:
+        spec, name = _named_spec(model)
+        what = f"cost_table({name}, {pp})"
         got = call(fn, spec, pp, name="cost_table")
         expect_keys(got, ("params", "fwd_flops", "activation_bytes"), what)
         costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
@@ -236,15 +245,15 @@ def check_baseline(layers, params) -> None:
 
 
 @check
-def check_endpoint_extra(fn, presets) -> None:
-    for preset in presets:
-        spec = PRESETS[preset][0]
+def check_endpoint_extra(fn, models) -> None:
+    for model in models:
+        spec, name = _named_spec(model)
         pp = max(2, min(8, spec.layers // 2))
         costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
         layer = costs[1].params // len(costs[1].spec.layers)
         want = {"first": costs[0].params - len(costs[0].spec.layers) * layer,
                 "last": costs[-1].params - len(costs[-1].spec.layers) * layer}
-        what = f"endpoint_extra(PRESETS[{preset!r}][0])"
+        what = f"endpoint_extra({name})"
         got = call(fn, spec, name="endpoint_extra")
         expect_keys(got, ("first", "last"), what)
         v, h, s = spec.vocab, spec.hidden, spec.seq_len
@@ -283,7 +292,7 @@ def check_tied(fn, cases) -> None:
                      "(the copies' gradients are summed each step), not memory across ranks")
             fail(f"{what}[0] is {describe(list(per))}, expected {want_per}")
         u = expect_number(unique, f"{what}[1]")
-        if u == sum(want_per):
+        if u == sum(want_per) != want_unique:  # one stage holding both ends shares the matrix: the sum is right
             fail(f"{what}[1] is the sum over stages; in the model the two copies are one parameter, so the unique "
                  f"count is {vh:,} smaller")
         if u != want_unique:
@@ -304,9 +313,9 @@ def decide_by_time_expected(spec, pp, m):
 
 @check
 def check_decide_by_time(fn, cases) -> None:
-    for preset, pp, m in cases:
-        spec = PRESETS[preset][0]
-        what = f"decide_by_time(PRESETS[{preset!r}][0], {pp}, {m})"
+    for model, pp, m in cases:
+        spec, name = _named_spec(model)
+        what = f"decide_by_time({name}, {pp}, {m})"
         got = call(fn, spec, pp, m, name="decide_by_time")
         expect_keys(got, ("by_params", "by_time", "makespan_ratio"), what)
         want = decide_by_time_expected(spec, pp, m)
@@ -322,3 +331,74 @@ def check_decide_by_time(fn, cases) -> None:
             fail(f"{what}['makespan_ratio'] is {r:.4f}, expected {want['makespan_ratio']:.4f}: simulate 1F1B with "
                  "each stage's fwd proportional to its forward FLOPs (bwd = 2 x fwd) and divide by the balanced "
                  "simulation's makespan")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def draw_cfg(r, layers: int | None = None, **kw):
+    """A tiny runtime model (fp32) the checks build for real in a moment: at most 6 layers, hidden <= 32."""
+    heads = r.choice([1, 2, 4])
+    fields = {"vocab": r.randint(8, 64), "seq_len": r.choice([4, 8, 12, 16]), "hidden": heads * r.choice([4, 8]),
+              "heads": heads, "layers": layers or r.randint(1, 6), "seed": r.randrange(1000)}
+    return small_cfg(**{**fields, **kw})
+
+
+def _big_cfg(r, **kw):
+    """A runtime model of any size, for checks that build it on the meta device only."""
+    spec = draw_spec(r, r.randint(2, 24))
+    return small_cfg(**{k: getattr(spec, k) for k in ("vocab", "seq_len", "hidden", "heads", "layers", "ffn_mult")},
+                     **kw)
+
+
+def _with_stages(r, cfg):
+    return cfg, r.randint(1, cfg.layers)
+
+
+def hidden_parts_cases(rng) -> list:
+    """(stage, stages, layers); the fixed case splits 6 layers over 4 stages (the first two take one extra)."""
+    def make(r):
+        layers = r.randint(1, 16)
+        n = r.randint(1, layers)
+        return r.randrange(n), n, layers
+    return drawn(rng, 3, make, fixed=[(3, 4, 6)])
+
+
+def hidden_build_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: _with_stages(r, draw_cfg(r)), fixed=[(small_cfg(layers=2), 1)])
+
+
+def hidden_io_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (*_with_stages(r, draw_cfg(r)), r.randint(1, 5)))
+
+
+def hidden_input_grad_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: r.randint(2, 12), fixed=[1])
+
+
+def hidden_param_cases(rng) -> list:
+    """Models of any size (counted on the meta device); the fixed one is GPT-2 medium's shape."""
+    from ...runtime.model import GPTConfig
+    return drawn(rng, 2, lambda r: _with_stages(r, _big_cfg(r)),
+                 fixed=[(GPTConfig(vocab=50304, seq_len=1024, hidden=1024, heads=16, layers=24), 8)])
+
+
+def _even_case(r) -> tuple[ModelSpec, int]:
+    pp = r.randint(2, 8)
+    return draw_spec(r, pp * r.randint(1, 4)), pp
+
+
+def hidden_cost_cases(rng) -> list:
+    return drawn(rng, 2, _even_case, fixed=[("tiny", 2)])
+
+
+def hidden_endpoint_models(rng) -> list:
+    """Models whose layers split evenly over max(2, min(8, layers // 2)) >= 3 stages (a middle stage exists)."""
+    return drawn(rng, 2, lambda r: draw_spec(r, r.choice([6, 8, 10, 12, 14, 16, 24, 32])), fixed=["tiny"])
+
+
+def hidden_tied_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: _with_stages(r, _big_cfg(r, tie_embeddings=True)),
+                 fixed=[(small_cfg(layers=1, tie_embeddings=True), 1)])
+
+
+def hidden_time_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (*_even_case(r), r.randint(1, 32)), fixed=[("tiny", 4, 6)])

@@ -15,11 +15,12 @@ from .common import (
     check,
     close,
     describe,
+    drawn,
     expect_number,
     expect_type,
     fail,
 )
-from .m047 import cfg_from_run
+from .m047 import cfg_from_run, draw_cfg
 from ..labs import grader_runs
 from ..labs.live import (  # noqa: F401 -- live-object checks (live.py)
     check_last_stage,
@@ -152,3 +153,48 @@ def check_production(log_rank, choice, cases) -> None:
         fail(f"production_op is {describe(choice)}; choose from {sorted(PRODUCTION)}")
     if PRODUCTION[choice]:
         fail(f"production_op {choice!r}: {PRODUCTION[choice]}")
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_pipeline_cases(rng) -> list:
+    """(cfg, stages, M) for the pipeline step: a tiny model on one to three stages (one stage: no P2P at all)."""
+    def make(r):
+        cfg = draw_cfg(r, r.randint(1, 3))
+        return cfg, r.randint(1, cfg.layers), r.randint(1, 4)
+    return drawn(rng, 2, make)
+
+
+def hidden_logged_cases(rng) -> list:
+    return drawn(rng, 1, lambda r: (draw_cfg(r, r.randint(1, 4)), r.randint(1, 3), r.randint(1, 4)))
+
+
+def _losses(r, n: int) -> list[float]:
+    """Losses in halves, so that sums and means are exact (the checks compare a max with a mean)."""
+    return [r.randint(-4, 16) / 2 for _ in range(n)]
+
+
+def hidden_dp_cases(rng) -> list:
+    """Per-replica microbatch losses (same M everywhere); the fixed case has three replicas of one microbatch."""
+    return drawn(rng, 2, lambda r: [_losses(r, m) for m in [r.randint(1, 4)] * r.randint(1, 4)],
+                 fixed=[[[1.0], [2.0], [6.0]]])
+
+
+def hidden_vocab_cases(rng) -> list:
+    """(tokens, vocab, tp, scale, seed): tp divides the vocabulary; the fixed cases are tp = 1 and huge logits."""
+    def make(r):
+        tp = r.choice([1, 2, 4, 8])
+        return r.randint(1, 16), tp * r.randint(2, 16), tp, r.choice([0.5, 3.0, 100.0, 1e4, 1e5]), r.randrange(1000)
+    return drawn(rng, 2, make, fixed=[(3, 10, 1, 2.0, 4), (4, 64, 8, 1e5, 3)])
+
+
+def hidden_owner_cases(rng) -> list:
+    return drawn(rng, 2, lambda r: (r.randint(2, 16), r.randint(1, 40) / 4), fixed=[(1, 7.0)])
+
+
+def hidden_max_cases(rng) -> list:
+    """Data-parallel last-stage losses: negative, zero, equal or not; the fixed ones are the edge of each kind."""
+    return drawn(rng, 3, lambda r: _losses(r, r.randint(1, 4)), fixed=[[-1.0, -1.0], [1.5, 1.5], [0.0]])
+
+
+def hidden_production_cases(rng) -> list:
+    return drawn(rng, 3, lambda r: (r.randint(2, 16), r.choice([None, None, r.randint(2, 4)])), fixed=[(3, 4)])

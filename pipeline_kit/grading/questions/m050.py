@@ -23,7 +23,9 @@ from .common import (
     call,
     check,
     close,
+    counts_text,
     describe,
+    draw_counts,
     drawn,
     expect_int,
     expect_keys,
@@ -33,13 +35,20 @@ from .common import (
     student_layout,
 )
 from .m049 import _counts, expected_move
-from .synthetic import SEED, SEED_M, SEED_PP, TIGHT, _not_rounded, seed_balance, seed_plan
+from .synthetic import (
+    SEED,
+    SEED_M,
+    SEED_PP,
+    TIGHT,
+    _not_rounded,
+    draw_seed_recut,
+    seed_balance,
+    seed_plan,
+)
 
 # == M050 main ==========================================================================================
 STRING_CASES = [[3, 3, 3, 3], [2, 3, 3, 2], [0, 4, 4, 0]]
 WHERE_CASES = [("Et*3|t*3|t*3|t*3L", 4, 7), ("E|t*2|t*2|t*2|t*2|t*2|t*2|t*2L", 4, 0)]
-HIDDEN_WHERE_CASES = [("E|t*2|t*2|t*2|t*2|t*2|t*2|t*2L", 4, 13), ("Et*3|t*3|t*2|t*2|t*2|t*2|t*2|L", 8, 15),
-                      ("E|(t*2|)*6t*2L", 2, 9), ("Et*2|t*2|t*2|t*2|t*2|t*2L", 2, 5), ("Et*4L", 1, 3)]
 
 
 @check
@@ -122,9 +131,6 @@ def check_profile_layout(text, what: str = "my_layout") -> None:
 RULES = ("syntax", "empty", "E", "L", "layers", "stages")
 LEGAL_CASES = [("Et*2|t*2|t*2|t*2L", 4, 8), ("Et*2||t*2L", 3, 4), ("t*2|Et*2L", 2, 4), ("Et*2|t*2|t*2", 3, 6),
                ("Et*2|t*2|t*2L", 2, 6), ("Et*3|t*2|t*2|tL", 4, 16), ("Et*2|t*2xL", 2, 4)]
-HIDDEN_LEGAL_CASES = [("E|t*4|t*4|L", 4, 8), ("Et*2|t*2||tL", 4, 5), ("ELt*3|t*3", 2, 6), ("Et*2|t*2|t*2|t*2L", 4, 6),
-                      ("Et*3|t*3|t*3L", 2, 9), ("Et*2|t*2|Et*2L", 3, 6), ("Et*2|t*2|tL|t", 4, 6),
-                      ("Et*0|t*3L", 2, 3), ("E|t*3|t*3|t*2|t*2|t*2|t*2|t*2L", 4, 16), ("E|t*2|t*2L", 4, 4)]
 
 
 def rule_of(text: str, pp: int, layers: int) -> str | None:
@@ -367,7 +373,59 @@ def check_grad_args(grad_check_args) -> None:
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
 def hidden_string_cases(rng) -> list:
     """Decoder layers per stage: the endpoint stages may hold none (they hold E or L), the others at least one."""
+    return drawn(rng, 3, lambda r: draw_counts(r, r.randint(2, 8)), fixed=[[5], [1, 1]])
+
+
+def hidden_where_cases(rng) -> list:
+    """(layout, pp, layer): pp x chunks stages (chunks 1 to 3), a decoder layer anywhere; the fixed cases use the
+    repeat syntax and a single stage."""
     def make(r):
-        n = r.randint(2, 8)
-        return [r.randint(0, 5)] + [r.randint(1, 5) for _ in range(n - 2)] + [r.randint(0, 5)]
-    return drawn(rng, 3, make, fixed=[[5], [1, 1]])
+        pp, chunks = r.randint(1, 4), r.randint(1, 3)
+        counts = draw_counts(r, pp * chunks, most=3)
+        return counts_text(counts), pp, r.randrange(sum(counts))
+    return drawn(rng, 4, make, fixed=[("E|(t*2|)*6t*2L", 2, 9), ("Et*4L", 1, 3)])
+
+
+def _break(r, counts: list[int], pp: int) -> tuple[str, int, int]:
+    """A legal layout for ``pp`` with one rule broken (or none): each branch breaks exactly one of :data:`RULES`."""
+    text, layers = counts_text(counts), sum(counts)
+    parts = text.split("|")
+    rule = r.choice([None, None, *RULES])
+    if rule == "syntax":
+        k = r.randrange(len(parts))
+        parts[k] += r.choice(["x", "t*", "T", "t*2t*"])
+    elif rule == "empty" and len(parts) > 2:
+        parts[r.randrange(1, len(parts) - 1)] = ""
+    elif rule == "E":
+        parts[0] = parts[0][1:] or "t"
+        layers += parts[0] == "t"
+        if len(parts) > 1 and r.random() < 0.5:
+            parts[-1] = "E" + parts[-1]
+    elif rule == "L":
+        parts[-1] = parts[-1][:-1] or "t"
+        layers += parts[-1] == "t"
+        if len(parts) > 1 and r.random() < 0.5:
+            parts[0] += "L"
+    elif rule == "layers":
+        layers += r.choice([d for d in (-2, -1, 1, 3) if layers + d >= 1])
+    elif rule == "stages":
+        pp = r.choice([p for p in range(2, 9) if len(parts) % p])
+    return "|".join(parts), pp, layers
+
+
+def hidden_legal_cases(rng) -> list:
+    """(layout, pp, layers), legal or breaking one rule; the fixed cases are t*0 and a stage with only E."""
+    def make(r):
+        pp = r.randint(1, 4)
+        return _break(r, draw_counts(r, pp * r.randint(1, 3), most=4), pp)
+    return drawn(rng, 8, make, fixed=[("Et*0|t*3L", 2, 3), ("E|t*4|t*4|L", 4, 8)])
+
+
+def hidden_metric_cuts(rng) -> list[str]:
+    """Re-cuts of the seed-pp8 model; the fixed one leaves a single decoder layer on each endpoint stage."""
+    return drawn(rng, 2, draw_seed_recut, fixed=["Et|t*3|t*2|t*2|t*2|t*2|t*3|tL"])
+
+
+def hidden_idle_cuts(rng) -> list[str]:
+    """Re-cuts of the seed-pp8 model; the fixed one leaves stage 0 with the embedding only."""
+    return drawn(rng, 1, draw_seed_recut, fixed=["E|t*3|t*3|t*2|t*2|t*2|t*2|t*2L"])

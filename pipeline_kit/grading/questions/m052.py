@@ -18,7 +18,10 @@ from .common import (
     call,
     check,
     close,
+    counts_text,
     describe,
+    draw_counts,
+    draw_spec,
     drawn,
     expect_keys,
     expect_number,
@@ -198,13 +201,6 @@ def expected_run(summary: dict) -> dict[str, list]:
             "deallocated_output_bytes": [n * m * one for n in sends]}
 
 
-def hidden_summaries() -> list[dict]:
-    cfg = {"vocab": 128, "seq_len": 24, "hidden": 48, "heads": 4, "layers": 8, "ffn_mult": 4, "tie_embeddings": False}
-    return [{"schedule": "1f1b", "pp": 4, "microbatches": 6, "chunks": 1, "config": cfg, "micro_batch_size": 3},
-            {"schedule": "gpipe", "pp": 2, "microbatches": 5, "chunks": 1, "config": cfg, "micro_batch_size": 1},
-            {"schedule": "interleaved", "pp": 4, "microbatches": 8, "chunks": 2, "config": cfg, "micro_batch_size": 2}]
-
-
 @check
 def check_predict_run(predict_run, summaries) -> None:
     for summary in summaries:
@@ -381,13 +377,6 @@ def check_snapshot(snapshot, cases) -> None:
         fail(f"{label}: {list(got)}, expected {want}: {why}")
 
 
-def hidden_snapshot_cases() -> list[tuple[SimResult, float]]:
-    one = simulate(_schedule(4, 8), fwd=1, bwd=2)
-    inter = simulate(_schedule(4, 8, 2), fwd=1, bwd=2)
-    gp = simulate(_schedule(3, 4, 1, "gpipe"), fwd=1, bwd=2)
-    return [(one, 6.3), (one, 20.3), (inter, 9.3), (inter, 3.8), (gp, 5.6)]
-
-
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
 def hidden_alive_cases(rng) -> list:
     def make(r):
@@ -404,3 +393,53 @@ def hidden_lifetime_cases(rng) -> list:
         pp, m = r.randint(2, 8), r.randint(1, 16)
         return r.choice(["1f1b", "gpipe"]), pp, m, r.randrange(pp), r.randrange(m)
     return drawn(rng, 2, make, fixed=[("1f1b", 8, 4, 2, 3)])
+
+
+def hidden_stage_cases(rng) -> list:
+    """(layout, spec, pp): pp x chunks stages whose endpoint stages may hold no decoder layer."""
+    def make(r):
+        pp = r.randint(1, 6)
+        counts = draw_counts(r, pp * r.randint(1, 2), most=4)
+        return counts_text(counts), draw_spec(r, sum(counts)), pp
+    return drawn(rng, 2, make, fixed=[("E|t*4|t*4|L", PRESETS["tiny"][0], 4)])
+
+
+def hidden_resident_cases(rng) -> list:
+    """(spec, pp, bytes per parameter): an even split (pp divides the layers); the fixed model ties embeddings."""
+    def make(r):
+        pp = r.randint(1, 8)
+        return draw_spec(r, pp * r.randint(1, 4)), pp, r.choice([2, 4, 12, 16, 18])
+    return drawn(rng, 2, make, fixed=[(ModelSpec(layers=6, tie_embeddings=True), 3, 2)])
+
+
+def hidden_terms_cases(rng) -> list:
+    """(spec, pp, M, schedule, bytes per parameter) for 1F1B and GPipe; M < pp among the fixed ones."""
+    def make(r):
+        pp = r.randint(2, 8)
+        return draw_spec(r, pp * r.randint(1, 3)), pp, r.randint(1, 24), r.choice(["1f1b", "gpipe"]), 16
+    return drawn(rng, 2, make, fixed=[(PRESETS["tiny"][0], 4, 2, "1f1b", 12)])
+
+
+def hidden_summary_cases(rng) -> list[dict]:
+    """Summaries of runs the grade did not make (without the measured fields): 1F1B, GPipe and interleaved."""
+    def make(r):
+        name, pp = r.choice(["1f1b", "gpipe", "interleaved"]), r.randint(2, 4)
+        v = r.randint(2, 3) if name == "interleaved" else 1
+        m = pp * r.randint(1, 3) if name == "interleaved" else r.randint(1, 8)
+        heads = r.choice([2, 4])
+        cfg = {"vocab": r.choice([128, 256]), "seq_len": r.choice([16, 24, 32]), "hidden": heads * r.choice([8, 12]),
+               "heads": heads, "layers": pp * v * r.randint(1, 2), "ffn_mult": 4, "tie_embeddings": False}
+        return {"schedule": name, "pp": pp, "microbatches": m, "chunks": v, "config": cfg,
+                "micro_batch_size": r.randint(1, 3)}
+    return drawn(rng, 3, make)
+
+
+def hidden_snapshot_cases(rng) -> list[tuple[SimResult, float]]:
+    """(simulated run, t) with t inside an op (never on a boundary); the fixed one catches a rank mid-forward."""
+    def make(r):
+        name, pp = r.choice(["1f1b", "gpipe", "interleaved"]), r.randint(2, 6)
+        v = 2 if name == "interleaved" else 1
+        m = pp * r.randint(1, 3) if v > 1 else r.randint(1, 10)
+        result = simulate(_schedule(pp, m, v, name), fwd=1, bwd=2)
+        return result, r.randrange(int(result.makespan)) + r.choice([0.3, 0.5, 0.8])
+    return drawn(rng, 3, make, fixed=[(simulate(_schedule(4, 8), fwd=1, bwd=2), 6.3)])

@@ -258,15 +258,8 @@ def check_parse_timeout_real(fn, stderr_text: str, run_args, fault: str) -> None
 
 
 @check
-def check_parse_timeout_kit(fn) -> None:
-    import torch
-
-    from ...runtime.p2p import Message
-    cases = [  # interleaved pp=2: chunk 1; a bf16 model; large counts
-        (1, 0, Message("forward", 3, 2, 3), 2, (1, 4096, 1024), torch.bfloat16, 11, 9, 1.25),
-        (0, 1, Message("backward", 6, 1, 0), 2, (4, 128, 256), torch.float16, 6, 13, 0.5),
-        (2, 3, Message("backward", 12, 7, 6), 4, (2, 32, 64), torch.float32, 0, 14, 12.0),
-    ]
+def check_parse_timeout_kit(fn, cases) -> None:
+    """Timeout lines the runtime's own formatter prints for ``cases`` (see :func:`hidden_timeout_cases`)."""
     for rank, peer, msg, pp, shape, dtype, rec, sent, began in cases:
         line = kit_line(rank, peer, msg, pp, shape, dtype, rec, sent, began)
         want = {"rank": rank, "peer": peer, "direction": msg.direction, "microbatch": msg.microbatch,
@@ -437,3 +430,25 @@ def hidden_skip_cases(rng) -> list:
         m = r.randint(2, 10)
         return pp, m, r.randrange(pp), r.randrange(m)
     return drawn(rng, 3, make, fixed=[(2, 3, 1, 1)])
+
+
+def hidden_timeout_cases(rng) -> list:
+    """(rank, peer, message, pp, shape, dtype, received, sent, began) of a timeout line: interleaved or not, either
+    direction, any dtype; the fixed cases are chunk 1 of an interleaved bf16 model and swappable counts."""
+    import torch
+
+    from ...runtime.p2p import Message
+
+    def make(r):
+        pp, v = r.randint(2, 8), r.randint(1, 3)
+        direction = r.choice(["forward", "backward"])
+        src = r.randrange(pp * v - 1) + (direction == "backward")
+        dst = src + 1 if direction == "forward" else src - 1
+        msg = Message(direction, r.randrange(64), src, dst)
+        shape = (r.randint(1, 8), r.choice([32, 128, 1024, 4096]), r.choice([32, 64, 768, 1024]))
+        dtype = r.choice([torch.float32, torch.bfloat16, torch.float16])
+        return (stage_owner(dst, pp)[0], stage_owner(src, pp)[0], msg, pp, shape, dtype, r.randrange(200),
+                r.randrange(200), r.randrange(60_000) / 1000)
+    return drawn(rng, 2, make, fixed=[
+        (1, 0, Message("forward", 3, 2, 3), 2, (1, 4096, 1024), torch.bfloat16, 11, 9, 1.25),
+        (0, 1, Message("backward", 6, 1, 0), 2, (4, 128, 256), torch.float16, 6, 13, 0.5)])

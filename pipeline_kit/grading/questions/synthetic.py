@@ -27,6 +27,8 @@ from ...sim import simulate
 from ...trace import from_sim
 from .common import (
     close,
+    counts_text,
+    drawn,
     fail,
 )
 
@@ -82,16 +84,66 @@ def moe_trace(seed: int = 11) -> dict:
     return make_trace(fwd, bwd, 8, LAB_P2P_MS, jitter=0.04, seed=seed, dynamic={2: routing}, layout=LAB_LAYOUT)
 
 
-def hidden_traces() -> list[tuple[str, dict]]:
-    """Other traces for the hidden tests: another shape, another slow stage, and the book's real CPU run."""
-    fwd, bwd = lab_stage_ms("Et*2|t*5|t*2|t*3L", slow_rank=None)
-    out = [("a PP4/M6 trace", make_trace(fwd, bwd, 6, 0.15, jitter=0.08, seed=3, layout="Et*2|t*5|t*2|t*3L")),
-           ("a PP3/M9 trace", make_trace([3.0, 1.2, 1.4], [6.5, 2.4, 2.9], 9, 0.05, jitter=0.1, seed=5,
-                                         dynamic={1: [1, 1, 1, 2.5, 1, 1, 1, 1, 2.2]}, layout="Et*5|t*2|t*2L"))]
+def _lab_counts(r, stages: int) -> list[int]:
+    """The lab model's decoder layers cut into ``stages`` runs of at least one."""
+    cuts = sorted(r.sample(range(1, LAB_MODEL.layers), stages - 1))
+    return [b - a for a, b in zip([0, *cuts], [*cuts, LAB_MODEL.layers])]
+
+
+def _drawn_trace(r, counts: list[int], microbatches: int, slow_rank: int | None, dynamic: dict | None = None,
+                 p2p_ms: float = LAB_P2P_MS, jitter: float = 0.04) -> dict:
+    layout = counts_text(counts)
+    fwd, bwd = lab_stage_ms(layout, slow_rank=slow_rank)
+    return make_trace(fwd, bwd, microbatches, p2p_ms, jitter=jitter, seed=r.randrange(10_000), dynamic=dynamic,
+                      layout=layout)
+
+
+def hidden_stage_traces(rng) -> list[tuple[str, dict]]:
+    """Traces for the hidden tests: a drawn layout of the lab's model, maybe a slow GPU, maybe a stage whose cost
+    spikes on some microbatches (MoE routing); the PP3/M9 dynamic trace and the book's real CPU run are fixed."""
+    def make(r):
+        pp, m = r.randint(3, 5), r.randint(4, 10)
+        dynamic = None
+        if r.random() < 0.5:
+            routing = [1.0] * m
+            for j in r.sample(range(m), max(2, m // 4)):
+                routing[j] = r.uniform(1.8, 2.5)
+            dynamic = {r.randrange(pp): routing}
+        trace = _drawn_trace(r, _lab_counts(r, pp), m, r.choice([None, r.randrange(pp)]), dynamic,
+                             r.choice([0.05, 0.08, 0.15]), r.choice([0.02, 0.04, 0.06]))
+        return f"a PP{pp}/M{m} trace", trace
+    fixed = [("a PP3/M9 trace", make_trace([3.0, 1.2, 1.4], [6.5, 2.4, 2.9], 9, 0.05, jitter=0.1, seed=5,
+                                           dynamic={1: [1, 1, 1, 2.5, 1, 1, 1, 1, 2.2]}, layout="Et*5|t*2|t*2L"))]
     if REAL_TRACE.is_file():
         import json
-        out.append(("the book's real 2-rank trace", json.loads(REAL_TRACE.read_text())))
-    return out
+        fixed.append(("the book's real 2-rank trace", json.loads(REAL_TRACE.read_text())))
+    return drawn(rng, 2, make, fixed=fixed)
+
+
+def hidden_verdict_pairs(rng) -> list[tuple[str, dict, dict]]:
+    """(name, before, after) around a drawn PP/M trace of the lab's model: a move off the slowest stage, the same
+    move at another M, a move that misses it, and a plain rerun."""
+    r = rng
+    pp, m = r.randint(3, 5), r.randint(4, 8)
+    counts = _lab_counts(r, pp)
+    while max(counts) < 2:  # the slowest stage must have a layer to give away
+        counts = _lab_counts(r, pp)
+    fwd, bwd = lab_stage_ms(counts_text(counts), slow_rank=None)
+    slow = max((k for k in range(pp) if counts[k] > 1), key=lambda k: fwd[k] + bwd[k])
+    other = r.choice([k for k in range(pp) if k != slow and counts[k] > 1] or [slow])
+
+    def moved(src):
+        out = list(counts)
+        dst = src + 1 if src == 0 else src - 1 if src == pp - 1 else src + r.choice([-1, 1])
+        out[src], out[dst] = out[src] - 1, out[dst] + 1
+        return out
+
+    base = _drawn_trace(r, counts, m, None)
+    resplit = moved(slow)
+    return [(f"PP{pp}/M{m}, re-split", base, _drawn_trace(r, resplit, m, None)),
+            (f"PP{pp}/M{m}, re-split at M={2 * m}", base, _drawn_trace(r, resplit, 2 * m, None)),
+            (f"PP{pp}/M{m}, another move", base, _drawn_trace(r, moved(other), m, None)),
+            (f"PP{pp}/M{m}, rerun", base, _drawn_trace(r, counts, m, None))]
 
 
 def main_run_args() -> list[str]:
@@ -134,3 +186,17 @@ def seed_plan(text: str, microbatches: int = SEED_M):
 
 def seed_balance():
     return balance(seed_items(), SEED_PP, microbatches=SEED_M)
+
+
+# -- layouts for the hidden cases ----------------------------------------------------------------------
+def draw_seed_recut(r) -> str:
+    """A re-cut of the seed-pp8 model (16 layers on 8 stages): one to four single-layer moves off the even split,
+    each to a neighbouring stage, every stage keeping a decoder layer (the stage-time ratio stays finite)."""
+    counts = [SEED.layers // SEED_PP] * SEED_PP
+    while counts == [SEED.layers // SEED_PP] * SEED_PP:
+        for _ in range(r.randint(1, 4)):
+            src = r.randrange(SEED_PP)
+            dst = r.choice([d for d in (src - 1, src + 1) if 0 <= d < SEED_PP])
+            if counts[src] > 1:
+                counts[src], counts[dst] = counts[src] - 1, counts[dst] + 1
+    return counts_text(counts)
