@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .limits import MAX_FILE_BYTES, MAX_JSON_DEPTH, LimitError, check_at_most
+from .limits import MAX_FILE_BYTES, MAX_JSON_DEPTH, MAX_NUMBER, LimitError, check_at_most
 
 
 class InputError(ValueError):
@@ -176,10 +176,13 @@ def integer(low: int = 1, limit: str | None = None) -> Check:
 
 
 def number(low: float = 0.0) -> Check:
-    """A finite number (not a bool) of at least ``low``."""
+    """A finite number (not a bool) of at least ``low`` and at most ``MAX_NUMBER`` (a time of 1e308 would
+    overflow to inf as soon as it is scaled or summed)."""
     def check(value, where: str):
         if type(value) not in (int, float) or not math.isfinite(value) or value < low:
             raise InputError(f"{where}: expected a number >= {low:g}, got {describe(value)}")
+        if value > MAX_NUMBER:
+            raise InputError(f"{where}: {describe(value)} is larger than MAX_NUMBER = {MAX_NUMBER:g}")
         return value
     return check
 

@@ -189,7 +189,10 @@ def test_layouts_configs_and_traces_are_checked(tmp_path):
                             ({"pp": 0}, "field 'pp': expected an integer >= 1, got 0"),
                             ({"schedule": "zigzag"}, "field 'schedule': expected one of 'gpipe'"),
                             ({"timeline": [{**trace["timeline"][0], "stage": 7}]}, r"stage 7 is out of range 0..1"),
-                            ({"waits": [{"rank": 0, "start": 1, "end": 0}]}, "end not before start")]:
+                            ({"waits": [{"rank": 0, "start": 1, "end": 0}]}, "end not before start"),
+                            # found by test_fuzz_traces: 1e308 passed, then overflowed to inf when balance scaled it
+                            ({"timeline": [{**trace["timeline"][0], "end": 1e308}]},
+                             r"field 'end': 1e\+308 is larger than MAX_NUMBER = 1e\+15")]:
         path.write_text(json.dumps({**trace, **change}))
         with pytest.raises(TraceError, match=message):
             load_trace(str(path))
