@@ -8,10 +8,10 @@ Replay, for the test suite only: with ``PIPELINE_KIT_TORCHRUN_REPLAY=DIR`` set, 
 in ``DIR`` is not run; its recorded return code, stdout, stderr and the files it wrote (``--trace`` /
 ``--json``) come back instead.  A job without a recording runs for real.  With
 ``PIPELINE_KIT_TORCHRUN_RECORD=1`` too, every job runs for real and its recording is (re)written.  The
-tests grade typical wrong answers and the untouched labs with it, where the run is not what is being
-tested; the solutions' full-marks gradings run the grader's jobs for real (only the student's kernel
-replays the given cells' jobs, see :func:`pipeline_kit.grading.sandbox.replay_dir`), and nbval runs every
-job of the solutions for real.
+tests grade the solutions, the untouched labs and typical wrong answers with it (the student's kernel
+replays too, see :func:`pipeline_kit.grading.sandbox.replay_dir`), where the run is not what is being
+tested; nbval runs every job of the solutions, and the checks on them, for real, and one grading test
+runs a grader's own job for real.
 """
 
 from __future__ import annotations

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab_grading import LABS, ROOT, SOLUTIONS, with_answers
+from lab_grading import LABS, ROOT, SOLUTIONS, replayed_torchrun, with_answers
 
 from pipeline_kit.grading import names
+from pipeline_kit.grading.labs import grader_runs
+from pipeline_kit.grading.sandbox import KERNEL_REPLAY_ENV
 from pipeline_kit.grading.notebook import cell_kind, grade, nbgrader_meta
 
 LAB1, LAB4, LAB6 = "lab01_schedule_selection", "lab04_1f1b_generator", "lab06_stages"
@@ -199,7 +201,9 @@ def test_the_grade_ignores_the_kernels_torchrun(tmp_path):
             " 'fake')\n\n\npipeline_kit.launch.torchrun = torchrun\n")
     answers = {gid: _solution_source(LAB6, gid) for gid in ("costs", "logging")}
     answers["costs"] = fake + answers["costs"]
-    report = grade(_untouched(tmp_path, LAB6, answers), seed=4)
+    grader_runs._runs.clear()  # the grader's job really runs here, not a result cached by an earlier grading
+    with replayed_torchrun(KERNEL_REPLAY_ENV):  # the given cell's job replays; the grader's own runs for real
+        report = grade(_untouched(tmp_path, LAB6, answers), seed=4)
     by_name = {c.name: c for c in report.checks}
     for name in ("m047_main_costs", "m048_main_logging"):
         assert by_name[name].points == by_name[name].max_points, by_name[name].feedback

@@ -16,14 +16,15 @@ from lab_grading import (LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, l
 
 from pipeline_kit.grading.notebook import QUESTIONS, grade, is_answer, is_test, nbgrader_meta, rubric_part
 from pipeline_kit.grading.release import make_labs
-from pipeline_kit.grading.sandbox import KERNEL_REPLAY_ENV
 
 LAB1, LAB4 = "lab01_schedule_selection", "lab04_1f1b_generator"
 
 
 @pytest.mark.parametrize("lab", lab_names())
 def test_solution_scores_full_marks(lab):
-    with replayed_torchrun(KERNEL_REPLAY_ENV):  # the grader runs its own jobs for real; nbval runs the kernel's
+    # the jobs replayed: nbval runs every job of the solutions (and their checks) for real, and
+    # test_grading_forgery.py::test_the_grade_ignores_the_kernels_torchrun a grader's own job
+    with replayed_torchrun():
         report = grade(SOLUTIONS / f"{lab}.ipynb")
     assert report.max_score > 0
     assert report.score == report.max_score, report.text()
