@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import sandbox
 
-KILL_GRACE = 10.0
+KILL_GRACE = 5.0  # an interrupt reaches a busy Python kernel in milliseconds; five seconds is for a loaded machine
 START_TIMEOUT = 120.0
 MAX_MESSAGE = 64 * 2**20  # bytes of one message from the kernel; a bigger one drops the connection
 REPLY_NAME = "_pipeline_kit_reply"
