@@ -8,6 +8,7 @@ limit is allowed and may take its documented seconds, which a fuzz example shoul
 """
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -70,7 +71,12 @@ def fixtures():
     write("deep.json", "[" * 5000 + "]" * 5000)
     write("config.json", {"layers": 8, "hidden": 32})
     write("config_number.json", "7")
+    # a drawn output path (--perfetto, --out ...) is relative to the working folder: keep it in TMP, not in
+    # the checkout (two such files once landed in a commit)
+    here = os.getcwd()
+    os.chdir(TMP)
     yield
+    os.chdir(here)
     shutil.rmtree(TMP, ignore_errors=True)
 
 
