@@ -47,3 +47,12 @@ def chromium_driver():
 
     driver.quit = quit_and_clean
     return driver
+
+
+def chromium_or_skip():
+    """:func:`chromium_driver` for a test: without Chromium the test is skipped with the reason, in one line."""
+    try:
+        return chromium_driver()
+    except ChromiumUnavailable as exc:
+        import pytest  # here, not at the top: the benchmarks use this module without pytest
+        pytest.skip(str(exc))

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from headless_chromium import ChromiumUnavailable, chromium_driver
+from headless_chromium import chromium_or_skip
 
 yaml = pytest.importorskip("yaml")
 
@@ -83,10 +83,7 @@ def toc_pages() -> list[str]:
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        driver = chromium_driver()
-    except ChromiumUnavailable as exc:
-        pytest.skip(str(exc))
+    driver = chromium_or_skip()
     driver.set_window_size(WIDTH, 1000)
     driver.set_script_timeout(60)
     driver.set_page_load_timeout(120)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import nbformat
 from figure_outputs import FIGURE_TEXT
-from headless_chromium import ChromiumUnavailable, chromium_driver
+from headless_chromium import chromium_or_skip
 from jupyterlab_browser import Lab, jupyterlab, write_notebook
 
 pytest.importorskip("jupyterlab")
@@ -28,10 +28,7 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("jupyterlab")
     write_notebook(root / "explorer.ipynb", "from pipeline_kit.viz import explorer\nexplorer()")
     shutil.copy(ROOT / "labs" / LAB, root / LAB)
-    try:
-        driver = chromium_driver()
-    except ChromiumUnavailable as exc:
-        pytest.skip(str(exc))
+    driver = chromium_or_skip()
     try:
         with jupyterlab(root) as (base, token):
             yield Lab(driver, base, token)

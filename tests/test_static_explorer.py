@@ -32,7 +32,7 @@ from pipeline_kit import cli
 from pipeline_kit.schedules import FAMILIES, SCHEDULES, Op, Schedule, ScheduleConfigError, build_schedule
 from pipeline_kit.sim import CostError, simulate
 
-from headless_chromium import ChromiumUnavailable, chromium_driver
+from headless_chromium import chromium_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = (ROOT / "tests" / "static_explorer_harness.html").as_uri()
@@ -41,10 +41,7 @@ TOL = 1e-12  # the JS does the kit's float operations in the kit's order: they a
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        driver = chromium_driver()
-    except ChromiumUnavailable as exc:
-        pytest.skip(str(exc))
+    driver = chromium_or_skip()
     yield driver
     driver.quit()
 
