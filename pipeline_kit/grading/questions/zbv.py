@@ -52,8 +52,9 @@ def check_v_stage(v_stage, pps) -> None:
                 if got == want:
                     continue
                 why = first_match(got, [
-                    (chunk * pp + rank, ("that is the looped placement of the interleaved schedule (chunk c is stage "
-                                         "c*pp + r): in a V the second chunk runs back up the ranks")),
+                    (virtual_stage(rank, chunk, pp), ("that is the looped placement of the interleaved schedule "
+                                                      "(chunk c is stage c*pp + r): in a V the second chunk runs back "
+                                                      "up the ranks")),
                     (virtual_stage(rank, 1 - chunk, pp, "v"), ("the chunks are swapped: c is the local chunk index in "
                                                                "increasing stage order, so c0 is the smaller stage")),
                     (2 * pp - rank, "one too far: the 2pp stages are numbered 0 .. 2pp-1, and rank 0 holds the last"),
@@ -86,9 +87,10 @@ def check_v_owner(v_owner, pps) -> None:
             fail(f"v_owner(stage={stage}, pp={pp}) = {describe(got)}, expected {want}: {why}")
 
 
-def expected_rank_layers(rank: int, pp: int, layers: int) -> list[int]:
+def expected_rank_layers(rank: int, pp: int, layers: int, placement: str = "v") -> list[int]:
+    """The layers ``rank`` holds when ``layers`` are split evenly over 2pp stages placed by ``placement``."""
     stages = even_layout(layers, 2 * pp).stages
-    return sorted(i for chunk in (0, 1) for i in stages[virtual_stage(rank, chunk, pp, "v")].layers)
+    return sorted(i for chunk in (0, 1) for i in stages[virtual_stage(rank, chunk, pp, placement)].layers)
 
 
 @check
@@ -101,13 +103,11 @@ def check_v_rank_layers(v_rank_layers, cases) -> None:
             want = expected_rank_layers(rank, pp, layers)
             if got == want:
                 continue
-            per = layers // (2 * pp)
-            looped = sorted(i for c in (0, 1) for i in range((c * pp + rank) * per, (c * pp + rank + 1) * per))
             if sorted(got) == want:
                 why = "the right layers, but return them sorted"
-            elif got == looped:
+            elif got == expected_rank_layers(rank, pp, layers, "looped"):
                 why = "those are the looped placement's layers (stages r and r + pp); a V holds stages r and 2pp-1-r"
-            elif got == list(range(rank * 2 * per, (rank + 1) * 2 * per)):
+            elif got == list(even_layout(layers, pp).stages[rank].layers):
                 why = "a contiguous block is plain 1F1B's split; in a V each rank holds two separate stages"
             else:
                 why = f"split the {layers} layers evenly over 2pp = {2 * pp} stages; rank {rank} holds two of them"
