@@ -81,8 +81,9 @@ def visible_paths(solutions: Path) -> list[str]:
         if p and os.path.isdir(p):
             wanted += [Path(os.path.abspath(p)), Path(os.path.realpath(p))]
     wanted += [ROOT / k for k in KIT_FILES]
-    if replay_dir() is not None:
-        wanted.append(replay_dir())
+    replay = replay_dir()
+    if replay is not None:
+        wanted.append(replay)
     out: list[str] = []
     for p in sorted({p for p in wanted if allowed(p) and (p.exists() or p.is_symlink())}, key=str):
         if not any(Path(o) in p.parents for o in out):  # already visible through a bound parent
@@ -103,8 +104,9 @@ def prepare(work: Path, solutions: Path, sandbox: bool, tag: str) -> KernelPlace
     os.chmod(work, 0o755)
     place = KernelPlace(work, run / "spec", run / "connection.json", run / "ipc" / "k", run / "status.json", sandbox)
     env = {k: os.environ[k] for k in ENV_KEPT if k in os.environ}
-    if replay_dir() is not None:
-        env[REPLAY_ENV] = str(replay_dir())
+    replay = replay_dir()
+    if replay is not None:
+        env[REPLAY_ENV] = str(replay)
     env.update(HOME=str(run / "home"), TMPDIR=str(run / "tmp"), IPYTHONDIR=str(run / "ipython"),
                MPLCONFIGDIR=str(run / "mpl"), PYTHONDONTWRITEBYTECODE="1")
     kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
