@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .limits import MAX_FILE_BYTES, MAX_JSON_DEPTH, MAX_NUMBER, LimitError, check_at_most
+from .limits import MAX_FILE_BYTES, MAX_JSON_DEPTH, LimitError, check_at_most, check_number
 
 
 class InputError(ValueError):
@@ -181,9 +181,7 @@ def number(low: float = 0.0) -> Check:
     def check(value, where: str):
         if type(value) not in (int, float) or not math.isfinite(value) or value < low:
             raise InputError(f"{where}: expected a number >= {low:g}, got {describe(value)}")
-        if value > MAX_NUMBER:
-            raise InputError(f"{where}: {describe(value)} is larger than MAX_NUMBER = {MAX_NUMBER:g}")
-        return value
+        return check_number(where, value)  # the limits' one bound on numbers (a LimitError beyond it)
     return check
 
 
