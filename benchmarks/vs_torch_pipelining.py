@@ -24,18 +24,28 @@ import time
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30, help="timed steps per runtime and schedule (default 30)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per runtime first (default 2)")
-    p.add_argument("--nproc", type=int, default=4, help="ranks = pipeline size (default 4)")
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--micro-batch-size", type=int, default=2)
-    p.add_argument("--microbatches", type=int, default=8)
+    from pipeline_kit.argtypes import OneLineParser, non_negative_int, positive_int
+    from pipeline_kit.schedules import FAMILIES
+
+    p = OneLineParser(prog="python benchmarks/vs_torch_pipelining.py", description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=positive_int, default=30, help="timed steps per runtime and schedule (default 30)")
+    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps per runtime first (default 2)")
+    p.add_argument("--nproc", type=positive_int, default=4, help="ranks = pipeline size (default 4)")
+    p.add_argument("--layers", type=positive_int, default=8)
+    p.add_argument("--hidden", type=positive_int, default=128)
+    p.add_argument("--seq-len", type=positive_int, default=64)
+    p.add_argument("--micro-batch-size", type=positive_int, default=2)
+    p.add_argument("--microbatches", type=positive_int, default=8)
     p.add_argument("--schedules", default=None, help="comma-separated kit names (default: all seven)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.schedules is not None:  # checked here, before torchrun starts a worker that would fail on it
+        known = [n for n, f in FAMILIES.items() if f.torch_class]
+        unknown = [n for n in args.schedules.split(",") if n not in known]
+        if unknown:
+            p.error(f"argument --schedules: {', '.join(map(repr, unknown))} is not a schedule PyTorch ships; "
+                    f"choose from {', '.join(known)}")
+    return args
 
 
 def worker(args) -> None:
