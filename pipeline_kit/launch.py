@@ -101,7 +101,14 @@ def stop_job(proc: subprocess.Popen) -> tuple[str, str]:
             except (ProcessLookupError, PermissionError):
                 pass
     if stdout is None:
-        stdout, stderr = proc.communicate()
+        try:
+            stdout, stderr = proc.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:  # a process outside the job we saw still holds the pipes: stop reading
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+            stdout, stderr = "", ""
     deadline = time.monotonic() + GRACE_S
     while any(_alive(pid) for pid in job) and time.monotonic() < deadline:
         time.sleep(0.05)
