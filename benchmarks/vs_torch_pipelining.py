@@ -25,7 +25,7 @@ import time
 
 def parse(argv=None):
     from pipeline_kit.argtypes import OneLineParser, non_negative_int, positive_int
-    from pipeline_kit.schedules import FAMILIES
+    from pipeline_kit.schedules import FAMILIES, ScheduleConfigError, build_schedule
 
     p = OneLineParser(prog="python benchmarks/vs_torch_pipelining.py", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=positive_int, default=30, help="timed steps per runtime and schedule (default 30)")
@@ -39,12 +39,21 @@ def parse(argv=None):
     p.add_argument("--schedules", default=None, help="comma-separated kit names (default: all seven)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.schedules is not None:  # checked here, before torchrun starts a worker that would fail on it
-        known = [n for n, f in FAMILIES.items() if f.torch_class]
-        unknown = [n for n in args.schedules.split(",") if n not in known]
-        if unknown:
-            p.error(f"argument --schedules: {', '.join(map(repr, unknown))} is not a schedule PyTorch ships; "
-                    f"choose from {', '.join(known)}")
+    # checked here, before torchrun starts workers that would each fail on it with a traceback
+    known = [n for n, f in FAMILIES.items() if f.torch_class]
+    names = args.schedules.split(",") if args.schedules else known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        p.error(f"argument --schedules: {', '.join(map(repr, unknown))} is not a schedule PyTorch ships; "
+                f"choose from {', '.join(known)}")
+    for name in names:  # the kit's own refusals, and one decoder layer per stage at least
+        try:
+            stages = build_schedule(name, args.nproc, args.microbatches).stages
+        except ScheduleConfigError as exc:
+            p.error(f"--schedules {name} with --nproc {args.nproc} --microbatches {args.microbatches}: {exc}")
+        if args.layers < stages:
+            p.error(f"argument --layers: {name} on {args.nproc} ranks has {stages} stages, each needs a layer: "
+                    f"use --layers {stages} or more")
     return args
 
 
