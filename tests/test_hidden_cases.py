@@ -1,23 +1,28 @@
 """Hidden cases are drawn per grade (``hidden_rng``): whatever the seed, the model answers pass them.
 
 A grade draws a fresh seed, so a draw the model answer cannot handle (a configuration Megatron refuses, an
-edge the answer misses) would cost a student points at random.  This runs each solution's answer cells once
-(without its real ``torchrun`` jobs) and then every hidden check that draws its cases, for several seeds.
+edge the answer misses, a result too big for the wire) would cost a student points at random.  This runs each
+solution's answer cells once (without its real ``torchrun`` jobs) and then every hidden check that draws its
+cases, for several seeds.  The checks reach the answers the way a grade does -- names fetched and functions
+called through the kernel's ``serve`` and the wire -- only without the process in between: a CI run once drew a
+receive buffer of 1.6 million elements, which the wire refuses, and an in-process call had not noticed.
 """
 
 import ast
+import json
+import types
 
 import nbformat
 import pytest
 from lab_grading import SOLUTIONS
 
-from pipeline_kit.grading import remote
+from pipeline_kit.grading import remote, serve
 from pipeline_kit.grading.notebook import is_answer, is_test, nbgrader_meta
 
 LABS = ["lab01_schedule_selection", "lab02_timelines", "lab03_bubble", "lab04_1f1b_generator", "lab05_p2p",
         "lab06_stages", "lab07_imbalance", "lab08_interleaved", "lab09_zero_bubble_v"]
 REAL_RUNS = ("torchrun(", ".real_trace()", ".real_hang(", ".real_summary()", ".grader_run(")
-SEEDS = range(6)
+SEEDS = [*range(6), 721020450]  # and the seed of a CI run whose draw the wire refused (see above)
 
 
 def _hidden_draws(source: str) -> list[str]:
@@ -25,6 +30,36 @@ def _hidden_draws(source: str) -> list[str]:
     hidden = source.split("### BEGIN HIDDEN TESTS", 1)[-1].split("### END HIDDEN TESTS", 1)[0]
     tree = ast.parse(hidden)
     return [ast.get_source_segment(hidden, node) for node in tree.body if "hidden_rng(" in ast.unparse(node)]
+
+
+class InProcessKernel:
+    """The sandboxed kernel's side of a request -- ``serve`` on the solution's namespace, JSON both ways -- in
+    this process."""
+
+    def __init__(self, namespace: dict):
+        self.namespace = namespace
+
+    def request(self, payload: dict, timeout: float) -> dict:
+        return json.loads(serve.serve(json.dumps(payload), self.namespace))
+
+
+def as_the_grader_sees_it(student: dict, session) -> dict:
+    """``student``'s names as a grade binds them: the notebook's own functions become ``StudentFunction``
+    proxies (arguments and result cross the wire), its data comes back decoded from the wire; the kit, torch
+    and anything imported stay as they are."""
+    ns = {}
+    for name, value in student.items():
+        code = getattr(value, "__code__", None)
+        if name.startswith("__") or isinstance(value, types.ModuleType):
+            ns[name] = value
+        elif code is not None and code.co_filename == "<string>":
+            ns[name] = remote.StudentFunction(name, session)
+        elif callable(value):
+            ns[name] = value
+        else:
+            described = serve.encoded(value)
+            ns[name] = remote.unpack_value(described) if described["kind"] == "data" else value
+    return ns
 
 
 @pytest.fixture
@@ -39,7 +74,7 @@ def one_thread():
 
 
 @pytest.mark.parametrize("lab", LABS)
-def test_the_model_answer_passes_the_hidden_cases_of_any_seed(lab, monkeypatch, one_thread):
+def test_the_model_answer_passes_the_hidden_cases_of_any_seed(lab, one_thread):
     nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
     ns: dict = {}
     draws = []
@@ -55,12 +90,18 @@ def test_the_model_answer_passes_the_hidden_cases_of_any_seed(lab, monkeypatch, 
                 exec(source, ns)  # noqa: S102 -- the solution's own cells (IPython magics left out)
             except Exception:  # noqa: BLE001 -- a cell that needs a real run's output; its answers are defined
                 assert not is_answer(cell) or "def " in cell.source, nbgrader_meta(cell).get("grade_id")
-    exec("from pipeline_kit.grading import hidden_rng", ns)  # noqa: S102
     assert draws, f"{lab} draws no hidden cases"
+    kernel = InProcessKernel(ns)
     for seed in SEEDS:
-        monkeypatch.setattr(remote, "DEFAULT_SEED", seed)
-        for gid, statement in draws:
-            try:
-                exec(statement, ns)  # noqa: S102
-            except Exception as exc:  # noqa: BLE001 -- say which draw failed
-                raise AssertionError(f"{gid}, seed {seed}: {statement}\n{type(exc).__name__}: {exc}") from exc
+        session = remote.GradingSession(kernel, seed)
+        grader = as_the_grader_sees_it(ns, session)
+        exec("from pipeline_kit.grading import hidden_rng", grader)  # noqa: S102
+        remote.activate(session)
+        try:
+            for gid, statement in draws:
+                try:
+                    exec(statement, grader)  # noqa: S102
+                except Exception as exc:  # noqa: BLE001 -- say which draw failed
+                    raise AssertionError(f"{gid}, seed {seed}: {statement}\n{type(exc).__name__}: {exc}") from exc
+        finally:
+            remote.activate(None)

@@ -8,6 +8,7 @@ simulator, the messages of a step from the runtime's ``message_plan``.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import replace
 
 from ...layout import PRESETS, ModelSpec, boundary_bytes, even_layout, p2p_volume
@@ -381,13 +382,25 @@ def hidden_varlen_cases(rng) -> list:
                  fixed=[([7, 1, 30], 2, 64, torch.float32, 2)])
 
 
+BUFFER_ELEMENTS = 2**16
+"""The most elements of a drawn receive buffer: an uninitialised buffer (``torch.empty``) may hold NaNs, about
+30 bytes each on the wire, and the reply must stay well under ``wire.MAX_BYTES`` (16 MiB)."""
+
+
 def hidden_recv_buffer_cases(rng) -> list:
-    """(shape, dtype): one to four real dimensions (the rest of the meta tensor is padding), any dtype."""
+    """(shape, dtype): one to four real dimensions (the rest of the meta tensor is padding), any dtype.
+
+    The student's buffer comes back to the grader over the wire, element by element, so a shape has at most
+    ``BUFFER_ELEMENTS``: four dimensions of up to 64 could reach 16.8 million, and the model answer's own
+    buffer was refused (CI, seed 721020450: 43 x 45 x 58 x 14 = 1,571,220 elements, over ``wire.MAX_TENSOR``).
+    """
     import torch
 
     def make(r):
-        return tuple(r.randint(1, 64) for _ in range(r.randint(1, 4))), r.choice(
-            [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32])
+        shape: list[int] = []
+        for _ in range(r.randint(1, 4)):
+            shape.append(r.randint(1, min(64, BUFFER_ELEMENTS // math.prod(shape))))
+        return tuple(shape), r.choice([torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32])
     return drawn(rng, 2, make, fixed=[((1, 2, 3, 4), torch.float16), ((9,), torch.int64)])
 
 
