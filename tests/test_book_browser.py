@@ -2,10 +2,10 @@
 
 It reuses the session's one book build (``book_html`` in conftest.py) and opens every page of the
 table of contents from ``file://``, as a reader who downloaded the site would. On each page it
-checks what a reader relies on: every display equation and every table fits its column, no printed
-output is cut off (schedule grids may scroll), every image loaded, no cell shows a traceback, and every "Try it"
-exercise has a folded hint and a folded answer that open. On the labs page every notebook link
-resolves to a notebook.
+checks what a reader relies on: every display equation and every table fits its column, no table cell
+breaks a word, no printed output is cut off (schedule grids may scroll), every image loaded, no cell shows a
+traceback, and every "Try it" exercise has a folded hint and a folded answer that open. On the labs page
+every notebook link resolves to a notebook.
 """
 
 import json
@@ -64,7 +64,22 @@ const cutOff = [...document.querySelectorAll('div.cell_output pre, div.output pr
 const wideTables = [...column.querySelectorAll('table')]
   .filter(t => t.getBoundingClientRect().width > columnWidth + 1)
   .map(t => Math.round(t.getBoundingClientRect().width) + ' px: ' + t.textContent.trim().slice(0, 60));
-return JSON.stringify({columnWidth, equations, images, tracebacks, exercises, cutOff, wideTables});
+const splitWords = [];  // a word or number in a table broken across two lines ("po / in / ts", "1 / 6")
+for (const cell of column.querySelectorAll('table th, table td')) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest('code')) continue;  // code (a formula, a flag) may break anywhere
+    for (const m of node.textContent.matchAll(/[A-Za-z0-9]{2,}/g)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      if (new Set([...range.getClientRects()].map(b => Math.round(b.top))).size > 1) {
+        splitWords.push(m[0] + ' in the cell "' + cell.textContent.trim().slice(0, 40) + '"');
+      }
+    }
+  }
+}
+return JSON.stringify({columnWidth, equations, images, tracebacks, exercises, cutOff, wideTables, splitWords});
 """
 
 WAIT_FOR_MATHJAX = """
@@ -133,6 +148,13 @@ def test_no_printed_output_is_cut_off(pages):
 def test_no_table_is_wider_than_its_column(pages):
     wide = [f"{page}: {t}" for page, f in pages.items() for t in f["wideTables"]]
     assert not wide, "tables wider than the text column:\n" + "\n".join(wide)
+
+
+def test_no_table_cell_breaks_a_word_or_a_number(pages):
+    """Words and numbers in a table stay whole: "points" must not read "po / in / ts", nor 16 "1 / 6".  Code (a
+    long flag name, a formula set as code) may break anywhere to keep a wide table inside its column."""
+    split = [f"{page}: {w}" for page, f in pages.items() for w in f["splitWords"]]
+    assert not split, "words or numbers broken across lines in a table:\n" + "\n".join(split)
 
 
 def test_every_image_loaded(pages):
