@@ -68,7 +68,8 @@ const splitWords = [];  // a word or number in a table broken across two lines (
 for (const cell of column.querySelectorAll('table th, table td')) {
   const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    if (node.parentElement.closest('code')) continue;  // code (a formula, a flag) may break anywhere
+    // code in a markdown table may break anywhere; in an HTMLTable (pk-table) only after punctuation
+    if (node.parentElement.closest('code') && !node.parentElement.closest('table.pk-table')) continue;
     for (const m of node.textContent.matchAll(/[A-Za-z0-9]{2,}/g)) {
       const range = document.createRange();
       range.setStart(node, m.index);

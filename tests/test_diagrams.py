@@ -30,6 +30,12 @@ def test_html_table_escapes_text_sets_code_and_keeps_raw_html():
     assert '<td><a href="l.ipynb">l</a></td>' in html
 
 
+def test_code_in_an_html_table_breaks_only_after_punctuation():
+    html = str(HTMLTable(["name"], [["`forward_backward_func()`"], ["`interleaved`"], ["`a<b.c`"]]))
+    assert "<code>forward_<wbr>backward_<wbr>func(<wbr>)</code>" in html
+    assert "<code>interleaved</code>" in html and "<code>a&lt;b.<wbr>c</code>" in html
+
+
 def test_stacked_timelines_fit_the_column_and_the_legend_names_the_lighter_chunk():
     tls = [Timeline.from_sim(simulate(build_schedule("1f1b", 4, 8))),
            Timeline.from_sim(simulate(build_schedule("interleaved", 4, 8, 2)))]
