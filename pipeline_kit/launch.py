@@ -7,7 +7,10 @@ gloo on a CPU and NCCL on GPUs (``pipeline_kit.run`` chooses from the hardware).
 Replay, for the test suite only: with ``PIPELINE_KIT_TORCHRUN_REPLAY=DIR`` set, a job whose recording is
 in ``DIR`` is not run; its recorded return code, stdout, stderr and the files it wrote (``--trace`` /
 ``--json``) come back instead.  A job without a recording runs for real.  With
-``PIPELINE_KIT_TORCHRUN_RECORD=1`` too, every job runs for real and its recording is (re)written.  The
+``PIPELINE_KIT_TORCHRUN_RECORD=1`` too, every job runs for real and its recording is (re)written.  A
+recording remembers the kit's source it was made with (:func:`source_digest`): once that source changes, the
+recording is stale and the job runs for real again, so a test never passes on the output of code that is
+gone; ``stale_recordings`` lists them (the test suite prints them at its end, to be recorded again).  The
 tests grade the solutions, the untouched labs and typical wrong answers with it (the student's kernel
 replays too, see :func:`pipeline_kit.grading.sandbox.replay_dir`), where the run is not what is being
 tested; nbval runs every job of the solutions, and the checks on them, for real, and one grading test
@@ -16,6 +19,7 @@ runs a grader's own job for real.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -49,7 +53,9 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
     replay = os.environ.get(REPLAY_ENV)
     recording = Path(replay) / f"{_key(nproc, module, args)}.json" if replay else None
     if recording is not None and recording.is_file() and not os.environ.get(RECORD_ENV):
-        return _replay(recording, cmd, args)
+        replayed = _replay(recording, cmd, args)
+        if replayed is not None:
+            return replayed
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     # its own session: a terminal's Ctrl-C reaches only us, and we stop the job in order; and should this
     # process die without a chance to (SIGKILL), torchrun is sent SIGTERM and stops its workers itself
@@ -165,15 +171,41 @@ def _key(nproc: int, module: str, args: list[str]) -> str:
     return hashlib.sha256(json.dumps([nproc, module, _shown(args)]).encode()).hexdigest()[:20]
 
 
+@functools.cache
+def source_digest() -> str:
+    """A digest of the code a job runs: every ``.py`` of the kit but the grader (which no job imports).
+
+    Coarse on purpose: a change to any module the runtime might reach makes the recordings stale, and a stale
+    recording only costs a real run; a digest too narrow would replay the output of code that changed.
+    """
+    package = ROOT / "pipeline_kit"
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if not rel.startswith("grading/"):
+            digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def stale_recordings(folder: str | os.PathLike) -> list[Path]:
+    """The recordings in ``folder`` made with other kit sources than these (their jobs would run for real)."""
+    return [p for p in sorted(Path(folder).glob("*.json"))
+            if json.loads(p.read_text()).get("source") != source_digest()]
+
+
 def _record(path: Path, nproc: int, module: str, args: list[str], proc: subprocess.CompletedProcess) -> None:
     files = {opt: Path(p).read_text() for opt, p in _output_files(args).items() if Path(p).is_file()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"nproc": nproc, "module": module, "args": _shown(args), "returncode": proc.returncode,
-                                "stdout": proc.stdout, "stderr": proc.stderr, "files": files}, indent=1) + "\n")
+    path.write_text(json.dumps({"nproc": nproc, "module": module, "args": _shown(args), "source": source_digest(),
+                                "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
+                                "files": files}, indent=1) + "\n")
 
 
-def _replay(path: Path, cmd: list[str], args: list[str]) -> subprocess.CompletedProcess:
+def _replay(path: Path, cmd: list[str], args: list[str]) -> subprocess.CompletedProcess | None:
+    """The recorded job, its files written where this call asked; None if the recording is stale."""
     rec = json.loads(path.read_text())
+    if rec.get("source") != source_digest():
+        return None
     for opt, target in _output_files(args).items():
         if opt in rec["files"]:
             Path(target).write_text(rec["files"][opt])

@@ -57,6 +57,18 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_build["dir"], ignore_errors=True)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Say when the ``torchrun`` recordings the lab tests replay are stale: their jobs ran for real instead."""
+    from pipeline_kit.launch import stale_recordings
+
+    stale = stale_recordings(ROOT / "tests" / "data" / "torchrun")
+    if stale:
+        terminalreporter.write_line(
+            f"{len(stale)} torchrun recording(s) in tests/data/torchrun were made with other kit sources: the "
+            "tests run those jobs for real (slower); record them again with python tests/rerecord_torchrun.py: "
+            + ", ".join(p.name for p in stale), yellow=True)
+
+
 @pytest.fixture(scope="session")
 def book_html() -> Path:
     """The book built once per test session (every chapter executed, warnings as errors): its html folder."""

@@ -4,11 +4,12 @@ Each lab's test file grades *one* notebook carrying all the lab's independent ty
 equivalent right answers written differently), and asserts that exactly the checks they break lose their
 points, each with its own feedback.  The real ``torchrun`` jobs of those gradings are replayed from
 ``tests/data/torchrun`` (:mod:`pipeline_kit.launch`): the jobs are not what those tests test, and the
-solutions' full-marks gradings and nbval run them for real.  Refresh the recordings with
-``PIPELINE_KIT_TORCHRUN_RECORD=1 python -m pytest tests/test_lab0*.py -k wrong_answers``; the student's kernel
-replays them too but cannot write recordings, so a job only a given cell starts is recorded by calling the same
-function in the host with both variables set (e.g. ``torchrun(4, *lab05.RUN, "--inject", "crash:rank=2,mb=1",
-timeout=120)``, as the lab's given cell does).
+solutions' full-marks gradings and nbval run them for real.  A recording made with other kit sources is stale
+and not replayed (its job runs for real; the suite's last lines list it): ``python tests/rerecord_torchrun.py``
+records every job again.  A new job is recorded with ``PIPELINE_KIT_TORCHRUN_RECORD=1 python -m pytest
+tests/test_lab0*.py -k wrong_answers``; the student's kernel replays recordings too but cannot write them, so a
+job only a given cell starts is recorded by calling the same function in the host with both variables set
+(e.g. ``torchrun(4, *lab05.RUN, "--inject", "crash:rank=2,mb=1", timeout=120)``, as the lab's given cell does).
 """
 
 from __future__ import annotations

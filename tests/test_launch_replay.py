@@ -9,7 +9,8 @@ def test_a_recorded_job_is_replayed_with_the_files_it_wrote(tmp_path, monkeypatc
     args = ["--schedule", "1f1b", "--json", "/somewhere/else/summary.json"]
     key = launch._key(3, "no.such.module", args)
     (tmp_path / f"{key}.json").write_text(json.dumps({
-        "nproc": 3, "module": "no.such.module", "args": launch._shown(args), "returncode": 7,
+        "nproc": 3, "module": "no.such.module", "args": launch._shown(args), "source": launch.source_digest(),
+        "returncode": 7,
         "stdout": "recorded out", "stderr": "recorded err", "files": {"--json": '{"pp": 3}'}}))
     monkeypatch.setenv(launch.REPLAY_ENV, str(tmp_path))
     out = tmp_path / "out.json"
@@ -23,3 +24,32 @@ def test_a_job_without_a_recording_runs_for_real(tmp_path, monkeypatch):
     proc = launch.torchrun(1, module="no.such.module", timeout=120)
     assert proc.returncode != 0 and "no.such.module" in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing recorded unless asked to
+
+
+def test_a_recording_made_with_other_kit_sources_is_not_replayed(tmp_path, monkeypatch):
+    """Once the kit's code changes, a recording of its old output would let a test pass on code that is gone."""
+    key = launch._key(1, "no.such.module", [])
+    (tmp_path / f"{key}.json").write_text(json.dumps({
+        "nproc": 1, "module": "no.such.module", "args": [], "source": "0" * 20, "returncode": 0,
+        "stdout": "recorded out", "stderr": "", "files": {}}))
+    monkeypatch.setenv(launch.REPLAY_ENV, str(tmp_path))
+    assert launch.stale_recordings(tmp_path) == [tmp_path / f"{key}.json"]
+    proc = launch.torchrun(1, module="no.such.module", timeout=120)
+    assert proc.returncode != 0 and "no.such.module" in proc.stderr  # it ran
+
+
+def test_the_digest_covers_the_runtime_and_not_the_grader(tmp_path, monkeypatch):
+    root = tmp_path / "kit"
+    for rel in ("pipeline_kit/runtime/p2p.py", "pipeline_kit/grading/engine.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x = 1\n")
+    monkeypatch.setattr(launch, "ROOT", root)
+    digests = []
+    for rel, text in [(None, None), ("pipeline_kit/grading/engine.py", "x = 2\n"),
+                      ("pipeline_kit/runtime/p2p.py", "x = 2\n")]:
+        if rel:
+            (root / rel).write_text(text)
+        launch.source_digest.cache_clear()
+        digests.append(launch.source_digest())
+    launch.source_digest.cache_clear()
+    assert digests[0] == digests[1] != digests[2]
