@@ -166,12 +166,7 @@ class Balance:
 def even_split(layers: int, stages: int) -> Layout:
     """The even split, or as even as it gets (earlier stages take the extra layers)."""
     base, extra = divmod(layers, stages)
-    out, start = [], 0
-    for k in range(stages):
-        n = base + (1 if k < extra else 0)
-        out.append(StageSpec(k == 0, range(start, start + n), k == stages - 1))
-        start += n
-    return Layout(tuple(out))
+    return Layout.from_counts([base + (1 if k < extra else 0) for k in range(stages)])
 
 
 def balance(items: ItemTimes, pp: int, chunks: int = 1, microbatches: int | None = None,

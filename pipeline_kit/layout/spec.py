@@ -42,6 +42,15 @@ class StageSpec:
 class Layout:
     stages: tuple[StageSpec, ...]
 
+    @classmethod
+    def from_counts(cls, counts) -> Layout:
+        """Stage ``k`` holds the next ``counts[k]`` decoder layers; the first stage holds E, the last L."""
+        stages, start = [], 0
+        for k, n in enumerate(counts):
+            stages.append(StageSpec(k == 0, range(start, start + n), k == len(counts) - 1))
+            start += n
+        return cls(tuple(stages))
+
     @property
     def num_stages(self) -> int:
         return len(self.stages)
@@ -233,11 +242,8 @@ def uneven_layout(layers: int, stages: int, first: int | None = None, last: int 
                           f"stage(s), which must split evenly")
     for i in free:
         counts[i] = rest // len(free)
-    out, start = [], 0
-    for k, n in enumerate(counts):
-        out.append(StageSpec(k == 0, range(start, start + n), k == stages - 1))
-        start += n
-    for k, s in enumerate(out):
+    layout = Layout.from_counts(counts)
+    for k, s in enumerate(layout.stages):
         if not (s.embedding or s.loss or len(s.layers)):
             raise LayoutError(f"stage {k} would be empty")
-    return Layout(tuple(out))
+    return layout

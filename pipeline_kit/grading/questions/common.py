@@ -222,9 +222,8 @@ def drawn(rng, n: int, make, fixed=()) -> list:
 
 def counts_text(counts) -> str:
     """The layout string with E on the first stage, L on the last and ``counts[k]`` decoder layers on stage k."""
-    last = len(counts) - 1
-    body = ["" if n == 0 else "t" if n == 1 else f"t*{n}" for n in counts]
-    return "|".join(("E" if k == 0 else "") + b + ("L" if k == last else "") for k, b in enumerate(body))
+    from ...layout import Layout
+    return str(Layout.from_counts(counts))
 
 
 def draw_counts(r, stages: int, most: int = 5) -> list[int]:
