@@ -33,14 +33,14 @@ def rerecord(folder: Path = RECORDINGS) -> int:
             rec = json.loads(path.read_text())
             args = [str(Path(tmp) / f"{m.group(1).lstrip('-')}-{i}") if (m := PLACEHOLDER.fullmatch(a)) else a
                     for a in rec["args"]]
+            if launch._key(rec["nproc"], rec["module"], args) != path.stem:  # before the job writes anything
+                print(f"{path.name}: its job has another key now; record it with its test instead (lab_grading.py)",
+                      file=sys.stderr)
+                return 1
             shown = " ".join(rec["args"])
             print(f"[{i}/{len(paths)}] {rec['nproc']} x {rec['module']} {shown}", flush=True)
             start = time.monotonic()
             proc = launch.torchrun(rec["nproc"], *args, module=rec["module"], timeout=300)
-            if launch._key(rec["nproc"], rec["module"], args) != path.stem:
-                print(f"  {path.name}: the job's key changed; the recording was written under another name",
-                      file=sys.stderr)
-                return 1
             print(f"  exit {proc.returncode} in {time.monotonic() - start:.1f} s, was {rec['returncode']}", flush=True)
     stale = launch.stale_recordings(folder)
     print(f"{len(paths)} recordings made again; {len(stale)} stale")
