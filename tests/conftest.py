@@ -59,9 +59,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_terminal_summary(terminalreporter):
     """Say when the ``torchrun`` recordings the lab tests replay are stale: their jobs ran for real instead."""
+    from lab_grading import RECORDINGS
+
     from pipeline_kit.launch import stale_recordings
 
-    stale = stale_recordings(ROOT / "tests" / "data" / "torchrun")
+    stale = stale_recordings(RECORDINGS)
     if stale:
         terminalreporter.write_line(
             f"{len(stale)} torchrun recording(s) in tests/data/torchrun were made with other kit sources: the "
