@@ -44,21 +44,17 @@ class InProcessKernel:
 
 
 def as_the_grader_sees_it(student: dict, session) -> dict:
-    """``student``'s names as a grade binds them: the notebook's own functions become ``StudentFunction``
-    proxies (arguments and result cross the wire), its data comes back decoded from the wire; the kit, torch
-    and anything imported stay as they are."""
+    """``student``'s names as a grade binds them (``remote.bound_value``): the notebook's own functions become
+    ``StudentFunction`` proxies (arguments and result cross the wire), its data comes back decoded from the
+    wire; modules and what the notebook imported (the kit, torch) stay as they are, as the grader imports them."""
     ns = {}
     for name, value in student.items():
         code = getattr(value, "__code__", None)
-        if name.startswith("__") or isinstance(value, types.ModuleType):
-            ns[name] = value
-        elif code is not None and code.co_filename == "<string>":
-            ns[name] = remote.StudentFunction(name, session)
-        elif callable(value):
+        imported = callable(value) and (code is None or code.co_filename != "<string>")
+        if name.startswith("__") or isinstance(value, types.ModuleType) or imported:
             ns[name] = value
         else:
-            described = serve.encoded(value)
-            ns[name] = remote.unpack_value(described) if described["kind"] == "data" else value
+            ns[name] = remote.bound_value(name, serve.describe(student, name), session)
     return ns
 
 

@@ -25,7 +25,6 @@ from . import names, remote
 from .kernel import CellResult, KernelDied, KernelUnavailable, StudentKernel, StudentTimeout
 from .notebook import DEFAULT_TIMEOUT, GradeError, canonical_for, cell_kind, merge, nbgrader_meta, read_notebook
 from .report import Report
-from .wire import WireError
 
 MAX_RESTARTS = 5
 FEEDBACK_LIMIT = 400
@@ -215,13 +214,8 @@ class Run:
             described = values.get(name)
             if not isinstance(described, dict) or described.get("kind") == "missing":
                 ns.pop(name, None)
-            elif described.get("kind") == "callable":
-                ns[name] = remote.StudentFunction(name, self.session, str(described.get("type", "function"))[:60])
             else:
-                try:
-                    ns[name] = remote.unpack_value(described)
-                except (WireError, remote.StudentCodeError) as exc:
-                    raise remote.StudentCodeError(f"{name} cannot be read as data: {exc}") from None
+                ns[name] = remote.bound_value(name, described, self.session)
 
 
 # -- the report ------------------------------------------------------------------------------------------------

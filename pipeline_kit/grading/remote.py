@@ -109,6 +109,17 @@ def unpack_result(reply: dict):
     return unpack_value(reply.get("result"))
 
 
+def bound_value(name: str, described: dict, session: GradingSession):
+    """What a test cell gets for the student's ``name``, from the kernel's description of it (``serve.describe``):
+    a callable becomes a :class:`StudentFunction`, anything else the data it decodes to."""
+    if described.get("kind") == "callable":
+        return StudentFunction(name, session, str(described.get("type", "function"))[:60])
+    try:
+        return unpack_value(described)
+    except (wire.WireError, StudentCodeError) as exc:
+        raise StudentCodeError(f"{name} cannot be read as data: {exc}") from None
+
+
 def unpack_value(described):
     """A fetched value: data, an :class:`Opaque`, or (for an unsendable one) a failure naming why."""
     if not isinstance(described, dict):
