@@ -23,6 +23,7 @@ from .argtypes import (
     non_negative_int,
     one_line,
     positive_float,
+    timeout_seconds,
 )
 from .inputs import InputError, check_output_path, read_text, strict_json
 from .interrupts import atomic_output, interrupts_end_in_one_line, write_file_atomically
@@ -289,21 +290,24 @@ def cmd_check_timeline(args: argparse.Namespace) -> int:
 
 def add_grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("notebook", metavar="NOTEBOOK", help="a lab notebook (.ipynb) with the student's answers")
-    p.add_argument("--timeout", type=positive_float, default=60.0,
+    p.add_argument("--timeout", type=timeout_seconds, default=60.0,
                    help="seconds a cell, or one call of the student's code, may run before it is interrupted "
                         "(default 60; some cells allow more)")
+    p.add_argument("--total-timeout", type=timeout_seconds, default=1800.0,
+                   help="seconds the whole grade may take; the checks not run by then score 0 (default 1800)")
     p.add_argument("--seed", type=non_negative_int, default=None,
                    help="seed of the hidden cases (default: a fresh one, printed in the report); repeats a grade")
     p.add_argument("--solutions", metavar="DIR", default=None,
                    help="folder of canonical notebooks (default: the kit's solutions/)")
     p.add_argument("--json", action="store_true",
-                   help='print {"notebook", "lab", "seed", "score", "max_score", "checks": [...]}')
+                   help='print {"notebook", "lab", "seed", "score", "max_score", "sandbox", "checks": [...]}')
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .grading.notebook import GradeError, grade
+    from .grading.engine import grade
+    from .grading.notebook import GradeError
 
     def progress(i: int, n: int) -> None:
         print(f"\rrunning cell {i + 1}/{n}", end="", file=sys.stderr, flush=True)
@@ -316,9 +320,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
     show_progress = not args.json and sys.stderr.isatty()
     try:
         report = grade(args.notebook, Path(args.solutions) if args.solutions else None, args.timeout,
-                       progress=progress if show_progress else None, seed=args.seed, warn=warn)
+                       progress=progress if show_progress else None, seed=args.seed, warn=warn,
+                       total_timeout=args.total_timeout)
     except GradeError as exc:
         raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 -- a bug of the grader's: one line, never a traceback (the kernel is gone)
+        raise UsageError(f"cannot grade: the grader failed ({type(exc).__name__}: {exc})") from None
     if show_progress:
         print(file=sys.stderr)
     print(json.dumps(report.to_dict()) if args.json else report.text())

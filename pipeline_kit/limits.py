@@ -37,6 +37,10 @@ MAX_DRAW_OPS = 50_000  # ops in one drawing (matplotlib draws ~3,000 boxes a sec
 MAX_DPI = 1200  # resolution of a drawing
 MAX_IMAGE_SIDE = 32_768  # pixels along either side of a drawing
 MAX_IMAGE_PIXELS = 100_000_000  # pixels of a drawing (400 MB as RGBA)
+# What a grader rebuilds from a student's kernel's data (pipeline_kit.grading.wire), checked before any work:
+MAX_FRACTION_BITS = 128  # bits of a Fraction's numerator or denominator
+MAX_RESIMULATED_OPS = 100_000  # ops of a SimResult the grader simulates again (1F1B at pp=8, M=6,250; ~1 s)
+MAX_COST_DENOMINATOR = 2**64  # common denominator of a re-simulated SimResult's Fraction costs (keeps times small)
 
 LIMITS = {name: value for name, value in globals().items() if name.startswith("MAX_")}
 

@@ -20,13 +20,29 @@ from pathlib import Path
 
 import nbformat
 
-from pipeline_kit.grading.notebook import grade, nbgrader_meta
+from pipeline_kit.grading.engine import grade
+from pipeline_kit.grading.notebook import nbgrader_meta
 from pipeline_kit.launch import REPLAY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 LABS = ROOT / "labs"
 RECORDINGS = ROOT / "tests" / "data" / "torchrun"
+
+
+def sandbox_processes() -> list[int]:
+    """Processes of a grade's sandbox still alive anywhere on the machine: its launcher, its relay or a program
+    that runs in it (their command lines name the launcher, the relay or the sandbox's own folder)."""
+    marks = (b"_sandbox_init.py", b"_kernel_relay.py", b"/run/student/")
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(m in cmdline for m in marks):
+            out.append(int(proc.name))
+    return out
 
 
 def lab_names() -> list[str]:

@@ -14,7 +14,8 @@ import pytest
 from lab_grading import (LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, lab_names, replayed_torchrun,
                          with_answers)
 
-from pipeline_kit.grading.notebook import QUESTIONS, grade, is_answer, is_test, nbgrader_meta, rubric_part
+from pipeline_kit.grading.engine import grade
+from pipeline_kit.grading.notebook import QUESTIONS, is_answer, is_test, nbgrader_meta, rubric_part
 from pipeline_kit.grading.release import make_labs
 
 LAB1, LAB4 = "lab01_schedule_selection", "lab04_1f1b_generator"
@@ -164,8 +165,11 @@ def test_grade_json_contract(tmp_path):
     proc = _cli("grade", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"notebook", "lab", "seed", "score", "max_score", "checks"}
+    assert set(out) == {"notebook", "lab", "seed", "score", "max_score", "sandbox", "checks"}
     assert out["lab"] == LAB1 and isinstance(out["seed"], int)
+    box = out["sandbox"]
+    assert set(box) == {"isolated", "mode", "limits"} and box["isolated"] is True
+    assert box["mode"] in ("root", "user namespace") and "GiB" in box["limits"]
     assert out["max_score"] == 15 and out["score"] == 13
     assert all(set(c) == {"name", "points", "max_points", "feedback"} for c in out["checks"])
     failed = [c for c in out["checks"] if c["points"] < c["max_points"]]

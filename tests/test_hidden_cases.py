@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from lab_grading import SOLUTIONS
 
-from pipeline_kit.grading import remote, serve
+from pipeline_kit.grading import kernel, remote, serve
 from pipeline_kit.grading.notebook import is_answer, is_test, nbgrader_meta
 
 LABS = ["lab01_schedule_selection", "lab02_timelines", "lab03_bubble", "lab04_1f1b_generator", "lab05_p2p",
@@ -40,7 +40,7 @@ class InProcessKernel:
         self.namespace = namespace
 
     def request(self, payload: dict, timeout: float) -> dict:
-        return json.loads(serve.serve(json.dumps(payload), self.namespace))
+        return kernel.decode_reply({"text": repr(serve.serve(json.dumps(payload), self.namespace))})
 
 
 def as_the_grader_sees_it(student: dict, session) -> dict:

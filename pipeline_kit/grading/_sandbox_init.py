@@ -1,25 +1,29 @@
-"""The first process of a student's kernel: isolate it, then exec the kernel (standard library only).
+"""The first process of every program the grader runs for a student: isolate it, then exec it (stdlib only).
 
-Run as ``python -I -S _sandbox_init.py CONFIG.json -- KERNEL ARGV...`` by the kernel spec that
-:mod:`pipeline_kit.grading.sandbox` writes.  It is a script, not a module of the package, so it starts in
-a few milliseconds.  Why each step:
+Run as ``python -I -S _sandbox_init.py STATUS_FD`` by :mod:`pipeline_kit.grading.sandbox`, which writes the
+configuration to its stdin and reads the start-up report from the pipe ``STATUS_FD``.  The configuration names
+the programs to start (a kernel and the relay that is the grader's only line to it, or one kit-free run) and the
+pipe ends each of them keeps.  It is a script, not a
+module of the package, so it starts in a few milliseconds.  Why it is built this way:
 
-* new mount, network and pid namespaces: the kernel sees neither the grader's processes (it cannot signal
+* **Nothing it reads can come from a student.**  The configuration arrives on stdin from the grader; the report
+  leaves on a pipe that only this process and the grader hold, closed before the student's program exists.  No
+  file on disk is read or written for either, so no earlier kernel can plant, replace or link one.
+* **Everything the program may write is a size-limited tmpfs** inside the sandbox (``/tmp``, ``/dev/shm`` and
+  the program's own folder, which holds its ``HOME``, cwd and, for a kernel, its IPC sockets).  It dies with the
+  sandbox: nothing lands on the host's disk, and the next start begins empty.
+* new mount, network, pid and IPC namespaces: the program sees neither the grader's processes (it cannot signal
   them) nor the network (only a loopback, brought up, for ``torchrun``'s rendezvous);
-* a new root file system that holds only what a kernel needs, read-only: the system folders (``/usr``,
-  ``/etc``...), the Python install and venv, and the kit's package and run data -- not the repository, so
-  no ``solutions/``, no git history, no other checkout; writable are only a private ``/tmp`` and
-  ``/dev/shm`` and the grade's work folder, so the kernel cannot rewrite the kit or the venv that the
-  grader imports and runs later;
-* a fresh ``/proc`` for the new pid namespace, so ``/proc`` shows no host process (no grader's cwd or
-  environment to read);
-* the kernel runs as ``nobody`` (as root) or without capabilities (in a user namespace), with
-  ``no_new_privs``, so it cannot undo any of this; rlimits bound memory, processes and file size.
+* a new root that holds, read-only, only what the program needs (system folders, the Python install and, for a
+  kernel, the venv and the kit's package); a fresh ``/proc``; a ``/dev`` of five device nodes;
+* it runs as ``nobody`` (as root) or without capabilities (in a user namespace), with ``no_new_privs``, under
+  rlimits per process, a cgroup for the whole sandbox where the grader made one, and always a watchdog here in
+  pid 1 that ends the sandbox when its processes' resident memory and its tmpfs mounts together pass the limit.
 
-Process tree: this script forks; the child is pid 1 of the new pid namespace and reaps orphans; it forks the
-kernel.  When the outer process dies (the grader kills it), pid 1 dies (``PR_SET_PDEATHSIG``) and the kernel
-takes every descendant down with it.  If namespaces are unavailable, it writes why to the status file and
-runs the kernel unisolated (the grader prints one warning line).
+Process tree: this script forks; the child is pid 1 of the new pid namespace, reaps orphans and watches memory;
+it forks the program.  When this outer process dies (the grader kills it), pid 1 dies (``PR_SET_PDEATHSIG``) and
+the kernel takes every process of the namespace down with it.  With ``"mode": "off"`` (the caller's explicit
+choice) it only sets the rlimits and execs the program, unisolated.
 """
 
 import ctypes
@@ -31,13 +35,18 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 38, 24
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 4, 38, 24
 NOBODY = 65534
+MAX_CONFIG = 4 * 2**20
+DEVICES = ("null", "zero", "full", "random", "urandom")
+WATCH_S = 0.05
+EXIT_MEMORY = 99  # pid 1 ended the sandbox: its memory passed the limit (the grader says so in the feedback)
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
@@ -55,19 +64,32 @@ def mount(source, target, fstype, flags, data=None):
     _check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
-def write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
+def report(fd: int, **fields) -> None:
+    """One JSON line on the status pipe (under PIPE_BUF, so written at once even with two writers)."""
+    os.write(fd, (json.dumps(fields)[:4000] + "\n").encode())
+
+
+def read_config() -> dict:
+    data = sys.stdin.buffer.read(MAX_CONFIG + 1)
+    if len(data) > MAX_CONFIG:
+        raise ValueError("configuration too large")
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return json.loads(data)
 
 
 def enter_namespaces(root: bool) -> None:
+    """New mount, network and IPC namespaces (and a user namespace without root); the pid namespace comes later,
+    after the outside programs are forked (every child forked after ``CLONE_NEWPID`` is in the new one)."""
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | (0 if root else CLONE_NEWUSER)
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | (0 if root else CLONE_NEWUSER)
     _check(libc.unshare(flags), "unshare")
     if not root:  # be root inside a user namespace that maps only our own uid
-        write("/proc/self/setgroups", "deny")
-        write("/proc/self/uid_map", f"0 {uid} 1")
-        write("/proc/self/gid_map", f"0 {gid} 1")
+        for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"0 {uid} 1"),
+                           ("/proc/self/gid_map", f"0 {gid} 1")):
+            with open(path, "w") as f:
+                f.write(text)
 
 
 def loopback_up() -> None:
@@ -85,7 +107,7 @@ PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390
 MNT_DETACH = 2
 
 
-def bind(new: str, path: str, writable: bool = False, recursive: bool = True) -> None:
+def bind(new: str, path: str, writable: bool = False) -> None:
     """Show the host's ``path`` at the same place under the new root (read-only unless ``writable``)."""
     target = new + path
     if os.path.islink(path):
@@ -100,52 +122,75 @@ def bind(new: str, path: str, writable: bool = False, recursive: bool = True) ->
         open(target, "a").close()
     else:
         return
-    mount(path, target, None, MS_BIND | (MS_REC if recursive else 0))
+    mount(path, target, None, MS_BIND | MS_REC)
     if not writable:
         mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def give_to(work: str, owner: int, skip: str) -> None:
-    """Let the kernel's user write its work folder (not ``skip``, the empty folder the new root goes on)."""
-    os.lchown(work, owner, owner)
-    for dirpath, dirnames, filenames in os.walk(work):
-        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != skip]
-        for name in [*dirnames, *filenames]:
-            os.lchown(os.path.join(dirpath, name), owner, owner)
+def tmpfs(target: str, size: int, mode: str, owner: int | None, flags: int = MS_NOSUID | MS_NODEV) -> None:
+    os.makedirs(target, exist_ok=True)
+    ids = f",uid={owner},gid={owner}" if owner is not None else ""
+    mount("tmpfs", target, "tmpfs", flags, f"mode={mode},size={int(size)}{ids}")
 
 
-def enter_root(new: str) -> None:
-    """Make ``new`` the root: ``pivot_root`` where its syscall number is known, else ``chroot``."""
+def enter_root(new: str) -> str:
+    """Make ``new`` the root: ``pivot_root`` where its syscall number is known, else ``chroot``.  Returns where
+    the new root is seen from the outer process (``/`` after ``pivot_root``, which moves its root too)."""
     os.chdir(new)
     nr = PIVOT_ROOT.get(os.uname().machine)
     if nr is not None and libc.syscall(nr, b".", b".") == 0:
         _check(libc.umount2(b".", MNT_DETACH), "umount the old root")
+        seen = "/"
     else:
         os.chroot(".")
+        seen = new
     os.chdir("/")
+    return seen
 
 
-def isolate_files(cfg: dict) -> None:
-    """A new root holding only what the kernel needs: system folders, the Python install, the kit's package."""
-    work, new = cfg["work"], cfg["newroot"]
-    if cfg.get("owner") is not None:  # before any mount: the walk must never reach into the new root's binds
-        give_to(work, cfg["owner"], skip=new)
+def minimal_dev(new: str, shm_size: int) -> None:
+    """``/dev`` with only the device nodes a Python program uses, and a private, size-limited ``/dev/shm``."""
+    tmpfs(new + "/dev", 2**20, "755", None, MS_NOSUID)
+    for name in DEVICES:
+        bind(new, "/dev/" + name, writable=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{new}/dev/{name}")
+    tmpfs(new + "/dev/shm", shm_size, "1777", None)
+
+
+def make_own(own: str, cfg: dict, owner: int | None) -> None:
+    """The program's folder (its HOME, cwd, IPC sockets): the sub-folders and files the grader asked for."""
+    os.makedirs(own, exist_ok=True)
+    for sub in cfg.get("dirs", []):
+        os.makedirs(f"{own}/{sub}")
+    for name, text in cfg.get("files", {}).items():
+        with open(f"{own}/{name}", "x") as f:
+            f.write(text)
+    if owner is not None:
+        for dirpath, dirnames, filenames in os.walk(own):
+            for name in [*dirnames, *filenames]:
+                os.lchown(os.path.join(dirpath, name), owner, owner)
+
+
+def isolate_files(cfg: dict, owner: int | None) -> str:
+    """A new root holding only what the program needs, and the tmpfs mounts it may write."""
+    new, sizes = cfg["newroot"], cfg["sizes"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)            # nothing we mount leaks back to the host
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16m")
+    tmpfs(new + "/tmp", sizes["tmp"], "1777", None)  # first: a kit or venv under /tmp is bound on top of it
     for path in cfg["binds"]:
         bind(new, path)
-    bind(new, "/dev", writable=True)
-    mount("tmpfs", new + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
-    os.makedirs(new + "/proc")
+    minimal_dev(new, sizes["shm"])
+    os.makedirs(new + "/proc", exist_ok=True)
     mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     bind(new, "/sys")
-    os.makedirs(new + "/tmp", exist_ok=True)
-    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
-    bind(new, work, writable=True, recursive=False)
+    tmpfs(new + cfg["own"], sizes["own"], "700", owner)  # nothing of it outlives the sandbox
+    make_own(new + cfg["own"], cfg, owner)
     for hidden in cfg.get("hide", []):
         if os.path.isdir(new + hidden):
             mount("tmpfs", new + hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
-    enter_root(new)
+    return enter_root(new)
 
 
 def drop_privileges(root: bool) -> None:
@@ -165,72 +210,169 @@ def drop_privileges(root: bool) -> None:
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
-def set_limits(cfg: dict) -> None:
+def set_limits(limits: dict) -> None:
     for name, key in (("RLIMIT_AS", "memory"), ("RLIMIT_NPROC", "processes"), ("RLIMIT_FSIZE", "file_size"),
                       ("RLIMIT_CORE", "core")):
-        if cfg.get(key) is not None:
-            limit = int(cfg[key])
+        if limits.get(key) is not None:
+            limit = int(limits[key])
             resource.setrlimit(getattr(resource, name), (limit, limit))
 
 
-def exec_kernel(cfg: dict, argv: list[str]) -> None:
-    env = dict(cfg["env"])
-    os.chdir(cfg["cwd"])
-    os.execve(argv[0], argv, env)
+def join_cgroups(dirs: list[str]) -> None:
+    """Put this process (and so everything it starts) into the cgroup(s) the grader made for this sandbox."""
+    for d in dirs:
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
 
 
-def pid1(kernel_pid: int) -> None:
-    """Reap every orphan until the kernel exits; then exit, which ends the whole pid namespace."""
-    while True:
+def start_program(prog: dict, others: list[int], isolated: bool, root: bool, limits: dict) -> int:
+    """Fork and exec one program: it keeps only its own pipe ends (``prog["fds"]``) of those the grader passed."""
+    pid = os.fork()
+    if pid:
+        for fd in prog.get("fds", []):
+            os.close(fd)
+        return pid
+    try:
+        for fd in others:
+            if fd not in prog.get("fds", []):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        if isolated:
+            drop_privileges(root)
+        set_limits(limits)
+        os.chdir(prog["cwd"])
+        os.execve(prog["argv"][0], prog["argv"], dict(prog["env"]))
+    finally:
+        os._exit(127)
+
+
+def exit_code(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code & 0xFF
+
+
+def used_memory(mounts: list[str]) -> int:
+    """Resident memory of every process of this pid namespace, plus what its tmpfs mounts hold (bytes)."""
+    page, total = os.sysconf("SC_PAGE_SIZE"), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/statm") as f:
+                    total += int(f.read().split()[1]) * page
+            except (OSError, ValueError, IndexError):
+                pass
+    for path in mounts:
         try:
-            pid, status = os.wait()
-        except ChildProcessError:
-            os._exit(0)
-        if pid == kernel_pid:
-            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            st = os.statvfs(path)
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize
+        except OSError:
+            pass
+    return total
+
+
+def supervise(programs: list[int], limit: int | None, mounts: list[str]) -> None:
+    """Reap every orphan until one of the programs exits, and end the sandbox if its memory passes ``limit``;
+    then exit with that program's status, which (as pid 1) ends the whole pid namespace."""
+    while True:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                os._exit(0)
+            if pid == 0:
+                break
+            if pid in programs:
+                os._exit(exit_code(status))
+        if limit is not None and used_memory(mounts) > limit:
+            os.kill(-1, signal.SIGKILL)  # every process of the namespace but this one
+            os._exit(EXIT_MEMORY)
+        time.sleep(WATCH_S)
 
 
 def main() -> None:
-    split = sys.argv.index("--")
-    with open(sys.argv[1]) as f:
-        cfg = json.load(f)
-    argv = sys.argv[split + 1:]
-    root = os.geteuid() == 0
-    status = {"ok": True, "mode": "root" if root else "user namespace"}
+    status = int(sys.argv[1])
     try:
-        if cfg.get("off"):
-            raise OSError(0, cfg["off"])
+        cfg = read_config()
+        join_cgroups(cfg.get("cgroups", []))
+    except (OSError, ValueError) as exc:
+        report(status, ok=False, why=f"cannot read the sandbox's configuration or join its cgroup ({exc})")
+        os._exit(3)
+    root = os.geteuid() == 0
+    passed = [fd for prog in cfg["programs"] for fd in prog.get("fds", [])]
+    inside = [p for p in cfg["programs"] if not p.get("outside")]
+    outside = [p for p in cfg["programs"] if p.get("outside")]
+    if cfg["mode"] == "off":  # the caller's explicit choice: no isolation, only the rlimits
+        try:
+            make_own(cfg["own"], cfg, None)  # a fresh folder of the grader's on the host
+        except OSError as exc:
+            report(status, ok=False, why=f"cannot make the program's folder ({exc})")
+            os._exit(3)
+        report(status, ok=True, mode="off")
+        os.close(status)
+        supervise([start_program(p, passed, False, root, cfg["limits"]) for p in cfg["programs"]], None, [])
+    try:
         enter_namespaces(root)
+        isolated_r, isolated_w = os.pipe()
+        for prog in outside:
+            start_outside(prog, [status, isolated_w, *passed], isolated_r, root, cfg["limits"])
+        _check(libc.unshare(CLONE_NEWPID), "unshare")
     except OSError as exc:
-        status = {"ok": False, "why": f"cannot create namespaces ({exc.strerror})"}
-    if not status["ok"]:
-        write(cfg["status"], json.dumps(status))
-        set_limits(cfg)
-        exec_kernel(cfg, argv)
+        report(status, ok=False, why=f"cannot create namespaces ({exc.strerror})")
+        os._exit(3)
     child = os.fork()
-    if child:  # outside the pid namespace: what the grader sees as the kernel; pass its end on
+    if child:  # outside the pid namespace: what the grader sees as the programs; pass their end on
+        report(status, pid1=child)
+        for fd in [status, isolated_r, isolated_w, *(fd for p in inside for fd in p.get("fds", []))]:
+            os.close(fd)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: (os.kill(child, signal.SIGKILL), os._exit(1)))
         _, st = os.waitpid(child, 0)
-        os._exit(os.waitstatus_to_exitcode(st) & 0xFF)
+        os._exit(exit_code(st))
+    os.close(isolated_r)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # (getppid() is 0 here: the parent is outside)
+    # In a user namespace the programs run as this process's own uid: not dumpable, it cannot be ptraced (which
+    # would let a program remount the read-only binds).
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    owner = NOBODY if root else None
     try:
-        cfg["owner"] = NOBODY if root else None
-        isolate_files(cfg)
+        seen = isolate_files(cfg, owner)
         loopback_up()
     except OSError as exc:
-        write(cfg["status"], json.dumps({"ok": False, "why": f"cannot isolate the file system ({exc})"}))
+        report(status, ok=False, why=f"cannot isolate the file system ({exc})")
         os._exit(3)
-    write(cfg["status"], json.dumps(status))
-    kernel = os.fork()
-    if kernel == 0:
-        try:
-            drop_privileges(root)
-            set_limits(cfg)
-            exec_kernel(cfg, argv)
-        finally:
-            os._exit(127)
-    pid1(kernel)
+    report(status, ok=True, mode="root" if root else "user namespace", root=seen)
+    os.close(status)
+    os.write(isolated_w, b"1" * len(outside))  # the outside programs may start: their root is the new one now
+    os.close(isolated_w)
+    started = [start_program(p, passed, True, root, cfg["limits"]) for p in inside]
+    supervise(started, int(cfg["limits"]["total_memory"]), ["/tmp", "/dev/shm", cfg["own"]])
+
+
+def start_outside(prog: dict, others: list[int], isolated_r: int, root: bool, limits: dict) -> None:
+    """Fork a program that lives in the sandbox's mount, network and user namespaces but outside its pid
+    namespace (the kernel's relay): the sandbox's processes cannot name it, so they can neither signal nor trace
+    it.  It waits until pid 1 has built the new root (``pivot_root`` makes it this process's root too), then
+    runs; it dies with the launcher (``PR_SET_PDEATHSIG``)."""
+    if os.fork():
+        for fd in prog.get("fds", []):
+            os.close(fd)
+        return
+    try:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        for fd in others:
+            if fd not in prog.get("fds", []):
+                os.close(fd)
+        if os.read(isolated_r, 1) != b"1":
+            os._exit(3)  # pid 1 could not isolate the sandbox: it has said why
+        os.close(isolated_r)
+        drop_privileges(root)
+        set_limits(limits)
+        os.chdir(prog["cwd"])
+        os.execve(prog["argv"][0], prog["argv"], dict(prog["env"]))
+    finally:
+        os._exit(127)
 
 
 if __name__ == "__main__":

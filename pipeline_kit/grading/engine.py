@@ -19,11 +19,22 @@ import os
 import secrets
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from . import names, remote
+from . import names, remote, sandbox
 from .kernel import CellResult, KernelDied, KernelUnavailable, StudentKernel, StudentTimeout
-from .notebook import DEFAULT_TIMEOUT, GradeError, canonical_for, cell_kind, merge, nbgrader_meta, read_notebook
+from .notebook import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_TOTAL_TIMEOUT,
+    GradeError,
+    canonical_for,
+    cell_kind,
+    merge,
+    nbgrader_meta,
+    read_notebook,
+    source_dir,
+)
 from .report import Report
 
 MAX_RESTARTS = 5
@@ -31,11 +42,14 @@ FEEDBACK_LIMIT = 400
 
 
 def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
-                   progress=None, seed: int | None = None, sandboxed: bool = True, warn=None) -> Report:
+                   progress=None, seed: int | None = None, sandboxed: bool = True, warn=None,
+                   total_timeout: float = DEFAULT_TOTAL_TIMEOUT) -> Report:
     """Grade the notebook at ``path``: one rubric check per test cell of its canonical lab.
 
     ``seed`` draws the hidden cases (a fresh one per grade by default; the report shows it); ``warn`` gets the
-    one-line warning printed when the kernel cannot be sandboxed; ``progress(i, n)`` is called per cell.
+    one-line warning printed when ``PIPELINE_KIT_SANDBOX=off`` turns the sandbox off; ``progress(i, n)`` is called
+    per cell; after ``total_timeout`` seconds the checks not yet run score 0.  Where the sandbox was asked for and
+    cannot start, :class:`GradeError` says so (never a silent fallback).
     """
     path = Path(path)
     warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -43,13 +57,21 @@ def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout
     lab, canonical = canonical_for(student, path, sources)
     merged = merge(student, canonical)
     seed = secrets.randbelow(2**31) if seed is None else seed
+    off = sandbox.wanted(sandboxed)
+    if off and sandboxed:
+        warn(sandbox.unsandboxed_warning(off))
     with tempfile.TemporaryDirectory(prefix="pipeline-kit-grade-", dir=work_parent()) as work:
-        run = Run(merged.nb, canonical, Path(work), sources, timeout, seed, sandboxed, warn, progress)
+        run = Run(merged.nb, canonical, Path(work), sources, timeout, seed, off, progress, total_timeout)
         try:
             results = run.execute()
         finally:
             run.stop()
-    return build_report(str(path), lab, seed, merged, results)
+    report = build_report(str(path), lab, seed, merged, results)
+    report.sandbox = run.sandbox_report()
+    return report
+
+
+grade = grade_notebook  # the name the CLI, the tests and the labs' instructions use
 
 
 def work_parent() -> str | None:
@@ -62,11 +84,13 @@ def work_parent() -> str | None:
 class Run:
     """One grade's execution: the kernel (restarted after a death), the grader's namespace, the results."""
 
-    def __init__(self, nb, canonical, work: Path, sources, timeout, seed, sandboxed, warn, progress):
-        from .notebook import source_dir
+    def __init__(self, nb, canonical, work: Path, sources, timeout, seed, off, progress, total_timeout):
         self.cells = nb["cells"]
         self.work, self.sources = work, (sources or source_dir())
-        self.timeout, self.seed, self.sandboxed, self.warn, self.progress = timeout, seed, sandboxed, warn, progress
+        self.timeout, self.seed, self.off, self.progress = timeout, seed, off, progress
+        self.total_timeout = total_timeout
+        self.deadline = time.monotonic() + total_timeout
+        self.mode = self.limits = None
         canon = [(cell_kind(c), nbgrader_meta(c).get("grade_id", ""), c.get("source", "")) for c in canonical["cells"]]
         self.resolver = names.Resolver(canon)
         self.canon_index = {gid: i for i, (kind, gid, _) in enumerate(canon) if kind == "test"}
@@ -80,9 +104,20 @@ class Run:
         self.results: list[CellResult | None] = [None] * len(self.cells)
 
     def limit(self, i: int) -> float:
+        """Cell ``i``'s time limit: ``--timeout`` (or more where the lab allows it), within the grade's total."""
         meta = self.cells[i].get("metadata", {}).get("pipeline_kit", {}) or {}
         extra = meta.get("timeout", 0)
-        return max(self.timeout, float(extra) if isinstance(extra, (int, float)) else 0.0)
+        own = max(self.timeout, float(extra) if isinstance(extra, (int, float)) else 0.0)
+        return max(0.0, min(own, self.deadline - time.monotonic()))
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def sandbox_report(self) -> dict:
+        """How the student's code was isolated, for the report: decided by the grader, never by the kernel."""
+        if self.off:
+            return {"isolated": False, "why": self.off}
+        return {"isolated": True, "mode": self.mode or "not started", "limits": self.limits or ""}
 
     # -- the kernel ----------------------------------------------------------------------------------------
 
@@ -91,10 +126,15 @@ class Run:
         while True:
             if self.starts > MAX_RESTARTS:
                 return False
+            if self.out_of_time():
+                return False
             self.starts += 1
-            self.kernel = StudentKernel(self.work, self.sources, self.sandboxed, self.warn, tag=str(self.starts))
-            self.sandboxed = self.kernel.sandboxed  # a fallback is announced once, not per restart
-            self.session = remote.GradingSession(self.kernel, self.seed)
+            try:
+                self.kernel = StudentKernel(self.work, self.sources, self.off, tag=str(self.starts))
+            except sandbox.SandboxUnavailable as exc:
+                raise GradeError(f"cannot grade: {sandbox.unavailable_message(str(exc))}") from None
+            self.mode, self.limits = self.kernel.mode, sandbox.limits_text(self.kernel.box.cgroup)
+            self.session = remote.GradingSession(self.kernel, self.seed, self.deadline, self.work, self.off)
             died = self.replay(upto)
             if died is None:
                 return True
@@ -102,6 +142,8 @@ class Run:
 
     def replay(self, upto: int) -> int | None:
         for i in range(upto):
+            if self.out_of_time():
+                return i
             res = self.run_kernel_part(i)
             if res is not None and res.status == "died":
                 return i
@@ -145,13 +187,19 @@ class Run:
                 continue
             if self.progress:
                 self.progress(i, len(self.cells))
+            if self.out_of_time():
+                self.give_up(i, f"not run: the grade reached its total time limit of {self.total_timeout:g} s "
+                                "(--total-timeout)")
+                break
             if self.kernel is None:
                 try:
                     alive = self.start_kernel(i)
                 except KernelUnavailable as exc:
                     raise GradeError(f"cannot grade: {exc}") from None
                 if not alive:
-                    self.give_up(i)
+                    self.give_up(i, "not run: the kernel died too many times" if not self.out_of_time() else
+                                 f"not run: the grade reached its total time limit of {self.total_timeout:g} s "
+                                 "(--total-timeout)")
                     break
             if kind == "test":
                 res = self.run_kernel_part(i)
@@ -170,10 +218,10 @@ class Run:
                     self.drop_kernel()
         return [r or CellResult("skipped", "not run") for r in self.results]
 
-    def give_up(self, at: int) -> None:
+    def give_up(self, at: int, why: str) -> None:
         for i in range(at, len(self.cells)):
             if self.results[i] is None:
-                self.results[i] = CellResult("skipped", "not run: the kernel died too many times")
+                self.results[i] = CellResult("skipped", why)
 
     def run_test(self, i: int) -> CellResult:
         """Run the canonical test cell ``i`` here, its student names fetched from the kernel as data."""
@@ -181,6 +229,8 @@ class Run:
         gid = nbgrader_meta(self.cells[i]).get("grade_id", "")
         origins = self.resolver.origins(self.canon_index.get(gid, -1)) if gid in self.canon_index else {}
         self.session.timeout = self.limit(i)
+        student_cells = [(k, c.get("source", "")) for k, c in zip(self.kinds, self.cells)]
+        self.session.own_code = lambda wanted: names.defining_sources(student_cells, i, wanted)
         try:
             self.bind_names(origins)
             remote.activate(self.session)

@@ -1,29 +1,39 @@
 """The student's kernel as the grader sees it: run a cell, or ask for data, each under a time limit.
 
-Why not nbclient: the grader needs two things nbclient does not give -- data requests whose answer it reads
-from the execute reply (never from outputs the student's code can forge or suppress), and a kernel started
-inside the sandbox.  So this is a small loop over jupyter_client.  Outputs are read and dropped; the
-kernel's own stdout and stderr go to /dev/null.  A cell past its limit is interrupted; a kernel that ignores
-the interrupt is killed ``KILL_GRACE`` seconds later.
+Why not jupyter_client's manager and channels: everything the kernel sends is the student's to forge (a patched
+kernel can send messages of any size, any number of parts, on any socket), and its socket files live where the
+student's code writes.  So the grader never touches the kernel's sockets or files.  It starts the kernel and a
+relay in one sandbox (:mod:`.sandbox`); the relay (``_kernel_relay.py``) is the only process that speaks ZMQ to the
+kernel, and it hands the grader one capped JSON line per execute reply over a pipe.  The grader reads the error of a
+cell from that reply (never from outputs the student's code can forge or suppress), and a data request's answer
+from the reply's user expression: base64 text of at most :data:`wire.MAX_BYTES` of JSON, checked before it is
+decoded.  A cell past its limit is interrupted; a kernel that ignores the interrupt is killed ``KILL_GRACE``
+seconds later.
 """
 
 from __future__ import annotations
 
-import ast
+import base64
+import binascii
+import fcntl
 import json
-import logging
-import queue
-import subprocess
+import os
+import re
+import secrets
+import select
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox
+from . import sandbox, wire
 
 KILL_GRACE = 5.0  # an interrupt reaches a busy Python kernel in milliseconds; five seconds is for a loaded machine
 START_TIMEOUT = 120.0
-MAX_MESSAGE = 64 * 2**20  # bytes of one message from the kernel; a bigger one drops the connection
+MAX_LINE = 32 * 2**20  # bytes of one line from the relay (a reply's text is at most ~22 MB of base64)
 REPLY_NAME = "_pipeline_kit_reply"
+RELAY = Path(__file__).with_name("_kernel_relay.py")
+BASE64 = re.compile(r"'[A-Za-z0-9+/=]*'")
 
 
 class StudentTimeout(BaseException):
@@ -44,56 +54,82 @@ class CellResult:
     message: str = ""
 
 
+class JsonLines:
+    """JSON objects, one a line, from a pipe of a sandboxed program's, each line at most ``limit`` bytes, read
+    under a deadline: the one reader of what a relay or a kit-free run sends."""
+
+    def __init__(self, fd: int, limit: int = MAX_LINE):
+        self.fd, self.limit, self.buf, self.closed = fd, limit, b"", False
+
+    def get(self, until: float):
+        """The next line as a dict; None when the pipe is closed or broken; ``...`` when ``until`` passed."""
+        while True:
+            if b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    return self._close()
+                return item if isinstance(item, dict) else self._close()
+            if self.closed:
+                return None
+            left = until - time.monotonic()
+            if left <= 0:
+                return ...
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except OSError:
+                chunk = b""
+            if not chunk or len(self.buf) + len(chunk) > self.limit:
+                return self._close()
+            self.buf += chunk
+
+    def _close(self):
+        self.closed, self.buf = True, b""
+        return None
+
+
 class StudentKernel:
-    """One started kernel.  ``warn`` receives the one-line warning when the sandbox is unavailable."""
+    """One started kernel (and its relay) in a fresh sandbox; ``off`` says why it is unisolated, if it is."""
 
-    def __init__(self, work: Path, solutions: Path, sandboxed: bool = True, warn=None, tag: str = "0"):
-        self.work, self.solutions, self.warn = work, solutions, warn
-        self.sandboxed = sandboxed
-        self.km = self.kc = None
-        self._start(tag)
-
-    def _start(self, tag: str) -> None:
-        from jupyter_client import KernelManager
-        from jupyter_client.kernelspec import KernelSpecManager
-        place = sandbox.prepare(self.work, self.solutions, self.sandboxed, tag)
-        ksm = KernelSpecManager(kernel_dirs=[str(place.spec_dir)])
-        km = KernelManager(kernel_name=sandbox.KERNEL_NAME, kernel_spec_manager=ksm, transport="ipc",
-                           ip=str(place.ipc_prefix), connection_file=str(place.connection_file))
-        km.log.setLevel(logging.CRITICAL)
-        self.km = km
+    def __init__(self, work: Path, solutions: Path, off: str | None = None, tag: str = "0"):
+        self.off, self.box, self.next_id = off, None, 0
+        host = work / f"kernel-{tag}"
+        host.mkdir(mode=0o700)  # fresh: a folder that exists already is an error, never reused
+        own = str(host / "own") if off else sandbox.OWN
+        info = {"transport": "ipc", "ip": f"{own}/ipc/k", "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
+                "control_port": 4, "hb_port": 5, "key": secrets.token_hex(32), "signature_scheme": "hmac-sha256",
+                "kernel_name": ""}
+        to_relay, from_relay = os.pipe(), os.pipe()
+        env = sandbox.environment(own)
+        relay = sandbox.Program([sys.executable, "-I", str(RELAY), str(to_relay[0]), str(from_relay[1]),
+                                 json.dumps(info)], env, f"{own}/cwd", fds=[to_relay[0], from_relay[1]],
+                                outside=True)
+        kernel = sandbox.Program([sys.executable, "-P", "-m", "ipykernel_launcher", "-f", f"{own}/connection.json"],
+                                 env, f"{own}/cwd")
         try:
-            km.start_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=str(place.status_file.parent / "cwd"))
-            kc = km.client()
-            kc.start_channels()
-            for channel in (kc.shell_channel, kc.iopub_channel):
-                _cap_messages(channel)
-        except Exception as exc:  # noqa: BLE001 -- jupyter_client, zmq and OS errors: one line for the user
+            self.box = sandbox.start([relay, kernel], host, [] if off else sandbox.kernel_paths(solutions),
+                                     [str(solutions.resolve())], off, dirs=("home", "ipython", "mpl", "cwd", "ipc"),
+                                     files={"connection.json": json.dumps(info)})
+        finally:
+            os.close(to_relay[0])
+            os.close(from_relay[1])
+            if self.box is None:
+                os.close(to_relay[1])
+                os.close(from_relay[0])
+        self.to_relay, self.lines = to_relay[1], JsonLines(from_relay[0])
+        fcntl.fcntl(self.to_relay, fcntl.F_SETFL, fcntl.fcntl(self.to_relay, fcntl.F_GETFL) | os.O_NONBLOCK)
+        ready = self.lines.get(time.monotonic() + START_TIMEOUT)
+        if not (isinstance(ready, dict) and ready.get("op") == "ready"):
             self.shutdown()
-            raise KernelUnavailable(f"the kernel did not start ({type(exc).__name__}: {exc})") from None
-        self.kc = kc
-        try:
-            kc.wait_for_ready(timeout=START_TIMEOUT)
-        except RuntimeError as exc:
-            status = place.status()
-            self.shutdown()
-            if self.sandboxed and status.get("ok") is False:
-                self._fallback(status.get("why", "the sandbox failed"), tag)
-                return
-            raise KernelUnavailable(f"the kernel did not start ({exc})") from None
-        status = place.status()
-        if self.sandboxed and status.get("ok") is False:
-            self._note_unsandboxed(status.get("why", "unknown reason"))
+            raise KernelUnavailable("the kernel did not start" + (" in time" if ready is ... else ""))
 
-    def _fallback(self, why: str, tag: str) -> None:
-        self._note_unsandboxed(why)
-        self.sandboxed = False
-        self._start(tag + "-plain")
-
-    def _note_unsandboxed(self, why: str) -> None:
-        if self.warn:
-            self.warn(sandbox.unsandboxed_warning(why))
+    @property
+    def mode(self) -> str:
+        return self.box.mode if self.box else "?"
 
     # -- running code ------------------------------------------------------------------------------------
 
@@ -102,13 +138,12 @@ class StudentKernel:
         reply, interrupted = self._execute(source, timeout)
         if reply is None:
             return CellResult("died", self._death_message(timeout, interrupted))
-        content = reply["content"]
         if interrupted:
             return CellResult("timeout", f"timed out after {timeout:g} s (an infinite loop? a wait that never "
                                          "ends?) and was interrupted")
-        if content.get("status") == "ok":
+        if reply.get("status") == "ok":
             return CellResult("ok")
-        ename, evalue = str(content.get("ename", "Error")), str(content.get("evalue", "")).strip()
+        ename, evalue = str(reply.get("ename") or "Error"), str(reply.get("evalue", "")).strip()
         return CellResult("error", f"{ename}: {evalue}" if evalue else ename)
 
     def request(self, payload: dict, timeout: float) -> dict:
@@ -120,82 +155,94 @@ class StudentKernel:
             raise KernelDied(self._death_message(timeout, interrupted))
         if interrupted:
             raise StudentTimeout(f"timed out after {timeout:g} s and was interrupted")
-        content = reply["content"]
-        try:
-            text = ast.literal_eval(content["user_expressions"]["r"]["data"]["text/plain"])
-            out = json.loads(text)
-            if not isinstance(out, dict):
-                raise ValueError("not an object")
-        except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError):
-            why = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else \
-                str(content.get("user_expressions", {}).get("r", {}).get("evalue", "no value"))[:200]
-            return {"error": f"the kernel gave no readable answer ({why}; did the notebook change how the kernel "
-                             "runs code?)"}
-        return out
+        return decode_reply(reply)
 
     def _death_message(self, timeout: float, interrupted: bool) -> str:
+        if self.box is not None and self.box.died_of_memory():
+            return (f"the kernel was ended: the sandbox's processes together passed the memory limit of a grade "
+                    f"({sandbox.TOTAL_MEMORY / 2**30:g} GiB)")
         if interrupted:
             return f"timed out after {timeout:g} s and ignored the interrupt, so the kernel was killed"
         return "the kernel died while running this cell (os._exit, a crash, or out of memory)"
 
+    def _send(self, obj: dict, until: float) -> bool:
+        data = (json.dumps(obj) + "\n").encode()
+        while data:
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            _, ready, _ = select.select([], [self.to_relay], [], min(left, 0.5))
+            if ready:
+                try:
+                    data = data[os.write(self.to_relay, data):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return False
+        return True
+
     def _execute(self, code: str, timeout: float, user_expressions=None):
-        """(reply or None if the kernel died, whether it had to be interrupted)."""
-        kc, km = self.kc, self.km
-        msg_id = kc.execute(code, silent=False, store_history=False, user_expressions=user_expressions or {},
-                            allow_stdin=False)
+        """(the relay's reply, or None if the kernel died; whether it had to be interrupted)."""
+        self.next_id += 1
+        rid = self.next_id
         deadline = time.monotonic() + timeout
+        if not self._send({"op": "execute", "id": rid, "code": code, "user_expressions": user_expressions or {}},
+                          deadline):
+            self.kill()
+            return None, time.monotonic() >= deadline
         interrupted = False
         while True:
-            self._drain_iopub()
-            try:
-                msg = kc.get_shell_msg(timeout=0.05)
-            except queue.Empty:
-                msg = None
-            if msg is not None and msg.get("parent_header", {}).get("msg_id") == msg_id:
-                return msg, interrupted
-            now = time.monotonic()
-            if not km.is_alive():
+            item = self.lines.get(min(deadline, time.monotonic() + 0.5))
+            if item is None:
+                self.kill()
                 return None, interrupted
-            if now > deadline and not interrupted:
+            if isinstance(item, dict) and item.get("id") == rid:
+                return item, interrupted
+            now = time.monotonic()
+            if not self.box.alive():
+                return None, interrupted
+            if now >= deadline and not interrupted:
                 interrupted = True
-                km.interrupt_kernel()
+                self._send({"op": "interrupt"}, now + 1.0)
                 deadline = now + KILL_GRACE
-            elif now > deadline:
+            elif now >= deadline:
                 self.kill()
                 return None, True
 
-    def _drain_iopub(self, most: int = 1000) -> None:
-        """Drop the kernel's outputs (at most ``most`` per call, so a flood cannot keep the deadline from coming)."""
-        for _ in range(most):
-            try:
-                self.kc.get_iopub_msg(timeout=0)
-            except queue.Empty:
-                return
-
     def kill(self) -> None:
-        if self.km is not None and self.km.has_kernel:
-            try:
-                self.km.shutdown_kernel(now=True)
-            except Exception:  # noqa: BLE001 -- already gone
-                pass
+        if self.box is not None:
+            self.box.stop()
 
     def shutdown(self) -> None:
-        if self.kc is not None:
-            self.kc.stop_channels()
-        if self.km is not None:
-            try:
-                self.km.shutdown_kernel(now=True)
-            except Exception:  # noqa: BLE001 -- already gone
-                pass
-            self.km.cleanup_resources()
-        self.km = self.kc = None
+        self.kill()
+        for fd in (getattr(self, "to_relay", None), getattr(getattr(self, "lines", None), "fd", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.to_relay = self.lines = None
 
 
-def _cap_messages(channel) -> None:
-    """Cap the size of one message from the kernel (zmq applies the option to connections made after it)."""
-    import zmq
-    sock = channel.socket
-    endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-    sock.disconnect(endpoint)
-    sock.connect(endpoint)
+def decode_reply(reply: dict) -> dict:
+    """A data request's answer: the user expression's text must be the repr of base64 text of at most
+    :data:`wire.MAX_BYTES` of JSON holding an object -- checked in that order, before anything is parsed."""
+    text = reply.get("text")
+    if not isinstance(text, str):
+        why = f"{reply.get('ename')}: {reply.get('evalue')}" if reply.get("status") == "error" else \
+            str(reply.get("evalue_r", "no value"))[:200]
+        return {"error": f"the kernel gave no readable answer ({why}; did the notebook change how the kernel runs "
+                         "code?)"}
+    if len(text) > wire.MAX_BYTES * 4 // 3 + 8:
+        return {"error": f"the kernel's answer takes {len(text):,} characters, over the limit of a reply "
+                         f"({wire.MAX_BYTES:,} bytes of data)"}
+    if not BASE64.fullmatch(text):
+        return {"error": "the kernel's answer is not in the form the grader reads (did the notebook change how the "
+                         "kernel runs code?)"}
+    try:
+        out = json.loads(base64.b64decode(text[1:-1], validate=True))
+    except (binascii.Error, ValueError, RecursionError):
+        return {"error": "the kernel's answer is not readable data"}
+    if not isinstance(out, dict):
+        return {"error": "the kernel's answer is not readable data"}
+    return out

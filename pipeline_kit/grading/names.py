@@ -148,6 +148,23 @@ class Resolver:
         return Origin(STUDENT, None, False)
 
 
+def defining_sources(cells: list[tuple[str, str]], upto: int, wanted) -> list[str]:
+    """The sources of the student's cells (``answer`` or ``extra``, given as ``(kind, source)``) above ``upto``
+    that last define each name in ``wanted``, in notebook order (what a kit-free run executes)."""
+    picked: set[int] = set()
+    for name in wanted:
+        for i in range(upto - 1, -1, -1):
+            kind, source = cells[i]
+            if kind not in ("answer", "extra", "given"):
+                continue
+            tree = parse(source)
+            if tree is not None and name in bindings(tree):
+                if kind != "given":
+                    picked.add(i)
+                break
+    return [cells[i][1] for i in sorted(picked)]
+
+
 def audit(cells: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
     """``(test grade_id, name)`` for every test cell that reads a given cell's variable (rule 4)."""
     resolver = Resolver(cells)

@@ -21,6 +21,7 @@ class Report:
     checks: list[Check] = field(default_factory=list)
     lab: str | None = None    # set by the notebook grader, with the seed its hidden cases were drawn from
     seed: int | None = None
+    sandbox: dict | None = None  # how the student's code was isolated (the notebook grader's, decided by it)
 
     @property
     def score(self) -> float:
@@ -38,6 +39,8 @@ class Report:
         head = {"notebook": self.notebook}
         if self.lab is not None:
             head.update(lab=self.lab, seed=self.seed)
+        if self.sandbox is not None:
+            head.update(sandbox=self.sandbox)
         return {**head, "score": self.score, "max_score": self.max_score,
                 "checks": [{"name": c.name, "points": c.points, "max_points": c.max_points, "feedback": c.feedback}
                            for c in self.checks]}
@@ -50,4 +53,8 @@ class Report:
         if self.lab is not None:
             lines.append(f"lab {self.lab}, hidden cases drawn with seed {self.seed} "
                          f"(--seed {self.seed} repeats this grade)")
+        if self.sandbox is not None:
+            box = self.sandbox
+            lines.append(f"sandbox: {box.get('mode')} ({box.get('limits')})" if box.get("isolated") else
+                         f"sandbox: OFF ({box.get('why')}): the student's code ran unisolated")
         return "\n".join(lines)

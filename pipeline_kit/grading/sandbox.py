@@ -1,56 +1,71 @@
-"""Where and how the student's kernel runs: a kernel spec that starts it inside ``_sandbox_init.py``.
+"""Start a student's program (a kernel and its relay, or a kit-free run) inside ``_sandbox_init.py``, and end it.
 
-Why a kernel spec: jupyter_client then starts, talks to and kills the kernel as usual (over IPC sockets in the
-grade's work folder, which the kernel can still write), while everything about isolation happens in the first
-process of the kernel, before any student code exists.  The grade's work folder
-(``/tmp/pipeline-kit-grade-*``) holds the spec, the connection file, the sockets and the kernel's own cwd,
-``HOME``, ``TMPDIR``, ``IPYTHONDIR`` and ``MPLCONFIGDIR``; the grader removes it when the grade ends.
+The rule this module keeps (``README.md`` in this folder): the grader never reads, follows or runs anything the
+student's code could have written.  So the sandbox's configuration goes to the launcher on its stdin, the launcher's
+start-up report comes back on a pipe only it holds (closed before any student code exists), and everything the
+student's code may write is a tmpfs inside the sandbox that the grader never opens.  The grade's folder on the host
+(``/tmp/pipeline-kit-grade-*``, mode 0700) holds only empty mount points the grader made; nothing in the sandbox
+can see it.  Whether the sandbox is on is decided here, from what the grader asked for and what the launcher
+reported before the student's code ran -- never from a file or a message the student's code can produce.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import signal
+import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..launch import REPLAY_ENV
+from . import cgroups
 
-KERNEL_NAME = "pipeline-kit-student"
-MEMORY_LIMIT = 4 * 2**30       # bytes of address space per process (torch with gloo needs about 1.5 GiB)
-PROCESS_LIMIT = 1024           # processes and threads of the sandbox's user
-FILE_SIZE_LIMIT = 256 * 2**20  # bytes per file the kernel writes
+LAUNCHER = Path(__file__).with_name("_sandbox_init.py")
+OWN = "/run/student"             # the program's folder inside the sandbox: HOME, cwd, IPC sockets (a tmpfs)
+MEMORY_LIMIT = 4 * 2**30         # bytes of address space per process (torch with gloo needs about 1.5 GiB)
+TOTAL_MEMORY = 6 * 2**30         # bytes for the whole sandbox: every process's resident memory and its tmpfs mounts
+PROCESS_LIMIT = 512              # processes and threads (an honest lab 6 kernel, running torchrun, peaks at ~80)
+FILE_SIZE_LIMIT = 256 * 2**20    # bytes per file the program writes
+SIZES = {"tmp": 512 * 2**20, "shm": 512 * 2**20, "own": 256 * 2**20}  # the tmpfs mounts: /tmp, /dev/shm, OWN
+START_TIMEOUT = 60.0             # seconds the launcher may take to report (it takes ~0.1 s)
 ENV_KEPT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "OMP_NUM_THREADS",
             "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TERM")
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class KernelPlace:
-    """The files of one kernel start: where the spec, the connection file and the status file are."""
-
-    work: Path
-    spec_dir: Path
-    connection_file: Path
-    ipc_prefix: Path
-    status_file: Path
-    sandboxed: bool
-
-    def status(self) -> dict:
-        """What ``_sandbox_init.py`` reported: ``{"ok": bool, "why": ...}``; empty before it ran."""
-        try:
-            return json.loads(self.status_file.read_text())
-        except (OSError, ValueError):
-            return {}
-
-
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-KIT_FILES = ("pipeline_kit", "book/data")  # what of the repository the kernel sees: the package and run data
-
-
+KIT_FILES = ("pipeline_kit", "book/data")  # what of the repository a kernel sees: the package and run data
 KERNEL_REPLAY_ENV = "PIPELINE_KIT_KERNEL_TORCHRUN_REPLAY"
+OFF = "PIPELINE_KIT_SANDBOX"
 
+
+class SandboxUnavailable(Exception):
+    """Isolation was asked for and could not be had: the grade stops (one line, exit 2)."""
+
+
+def wanted(sandboxed: bool = True) -> str | None:
+    """None when the caller wants isolation; otherwise why not (the caller's explicit choice, for the report)."""
+    if not sandboxed:
+        return "sandboxed=False"
+    if os.environ.get(OFF) == "off":
+        return f"{OFF}=off"
+    return None
+
+
+def unavailable_message(why: str) -> str:
+    return (f"the student's code cannot be sandboxed here ({why}); set {OFF}=off to grade without isolation (the "
+            "student's code can then read solutions/, use the network and write your files)")
+
+
+def unsandboxed_warning(why: str) -> str:
+    return (f"grade: warning: the student's code runs without a sandbox ({why}): it can read solutions/, use the "
+            "network and write your files; checks, hidden cases and the score still stay in the grader's process")
+
+
+# -- what the sandbox shows -------------------------------------------------------------------------------------
 
 def replay_dir() -> Path | None:
     """The test suite's ``torchrun`` recordings, when the kernel replays them (:mod:`pipeline_kit.launch`).
@@ -65,69 +80,257 @@ def replay_dir() -> Path | None:
     return Path(replay).resolve() if replay and Path(replay).is_dir() else None
 
 
-def visible_paths(solutions: Path) -> list[str]:
-    """Host paths the kernel's new root shows (read-only): system folders, the Python install, the venv and
-    ``sys.path``, and of the repository only :data:`KIT_FILES` (and the test suite's :func:`replay_dir`) --
-    never a folder holding ``solutions``."""
-    hidden = [solutions.resolve(), ROOT / "solutions", ROOT / ".git"]
+def _python_paths() -> list[Path]:
+    """The Python install, the venv and ``sys.path`` -- but not ``sys.path[0]`` (the folder the grader was started
+    from, or its script's: an instructor's course folder, say) unless Python was told not to add it."""
+    search = sys.path if sys.flags.safe_path else sys.path[1:]
+    out = []
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable), *search}:
+        if p and os.path.isdir(p):
+            out += [Path(os.path.abspath(p)), Path(os.path.realpath(p))]
+    return out
+
+
+def _outermost(paths, hidden: list[Path]) -> list[str]:
+    """The existing ``paths`` none of whose parents is already listed, leaving out the repository's root (and its
+    parents) and anything that holds or lies inside a ``hidden`` path."""
+    temp = {Path("/tmp"), Path("/var/tmp"), Path(tempfile.gettempdir()).resolve(), Path("/dev"), Path("/proc")}
 
     def allowed(p: Path) -> bool:
-        if p == ROOT or p in ROOT.parents or p == Path("/"):
+        if p == ROOT or p in ROOT.parents or p == Path("/") or p in temp:
             return False
         return not any(h == p or p in h.parents or h in p.parents for h in hidden)
 
-    wanted = [Path(p) for p in SYSTEM]
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable), *sys.path}:
-        if p and os.path.isdir(p):
-            wanted += [Path(os.path.abspath(p)), Path(os.path.realpath(p))]
-    wanted += [ROOT / k for k in KIT_FILES]
-    replay = replay_dir()
-    if replay is not None:
-        wanted.append(replay)
     out: list[str] = []
-    for p in sorted({p for p in wanted if allowed(p) and (p.exists() or p.is_symlink())}, key=str):
-        if not any(Path(o) in p.parents for o in out):  # already visible through a bound parent
+    for p in sorted({p for p in paths if allowed(p) and (p.exists() or p.is_symlink())}, key=str):
+        if not any(Path(o) in p.parents for o in out):
             out.append(str(p))
     return out
 
 
-def hidden_paths(solutions: Path) -> list[str]:
-    """Belt and braces: also cover the canonical notebooks should a bound folder hold them."""
-    return [str(solutions.resolve())]
+def kernel_paths(solutions: Path) -> list[str]:
+    """Host paths a kernel's new root shows (read-only): system folders, the Python install, the venv and
+    ``sys.path``, and of the repository only :data:`KIT_FILES` (and the test suite's :func:`replay_dir`) --
+    never a folder holding ``solutions``."""
+    hidden = [solutions.resolve(), ROOT / "solutions", ROOT / ".git"]
+    replay = replay_dir()
+    return _outermost([*map(Path, SYSTEM), *_python_paths(), *(ROOT / k for k in KIT_FILES),
+                       *([replay] if replay else [])], hidden)
 
 
-def prepare(work: Path, solutions: Path, sandbox: bool, tag: str) -> KernelPlace:
-    """Write the kernel spec and the sandbox's config for one kernel start in ``work``."""
-    run = work / f"kernel-{tag}"
-    for sub in ("spec", "ipc", "home", "tmp", "ipython", "mpl", "cwd", "root"):
-        (run / sub).mkdir(parents=True, exist_ok=True)
-    os.chmod(work, 0o755)
-    place = KernelPlace(work, run / "spec", run / "connection.json", run / "ipc" / "k", run / "status.json", sandbox)
+def kit_free_paths() -> tuple[list[str], list[str]]:
+    """``(binds, hidden)`` for a run with no kit at all: the system folders and the Python install's standard
+    library, with every site-packages folder (where the kit or its dependencies may be installed) covered."""
+    import site
+    kit = Path(__file__).resolve().parents[1]
+    hidden = [ROOT, kit, *map(Path, site.getsitepackages()), Path(site.getusersitepackages()), Path(sys.prefix)]
+    base = [Path(sys.base_prefix), Path(os.path.realpath(sys.base_prefix))]
+    binds = _outermost([*map(Path, SYSTEM), *base], [ROOT, kit])
+    return binds, sorted({str(h) for h in hidden})
+
+
+def base_python() -> str:
+    """The Python install's own interpreter (not the venv's), for a run that must not see the venv."""
+    for name in (f"python{sys.version_info[0]}.{sys.version_info[1]}", f"python{sys.version_info[0]}", "python"):
+        path = Path(sys.base_prefix) / "bin" / name
+        if path.exists():
+            return str(path.resolve())
+    return os.path.realpath(sys.executable)
+
+
+def environment(own: str) -> dict:
     env = {k: os.environ[k] for k in ENV_KEPT if k in os.environ}
     replay = replay_dir()
     if replay is not None:
         env[REPLAY_ENV] = str(replay)
-    env.update(HOME=str(run / "home"), TMPDIR=str(run / "tmp"), IPYTHONDIR=str(run / "ipython"),
-               MPLCONFIGDIR=str(run / "mpl"), PYTHONDONTWRITEBYTECODE="1")
-    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    if sandbox:
-        config = {"work": str(work), "cwd": str(run / "cwd"), "status": str(place.status_file),
-                  "newroot": str(run / "root"), "binds": visible_paths(solutions), "hide": hidden_paths(solutions),
-                  "env": env, "memory": MEMORY_LIMIT, "processes": PROCESS_LIMIT,
-                  "file_size": FILE_SIZE_LIMIT, "core": 0,
-                  "off": "PIPELINE_KIT_SANDBOX=off" if os.environ.get("PIPELINE_KIT_SANDBOX") == "off" else None}
-        (run / "sandbox.json").write_text(json.dumps(config))
-        argv = [sys.executable, "-I", "-S", str(Path(__file__).with_name("_sandbox_init.py")),
-                str(run / "sandbox.json"), "--", *kernel]
-    else:
-        argv = kernel
-    spec = {"argv": argv, "display_name": "pipeline-kit student kernel", "language": "python",
-            "interrupt_mode": "message", "env": env, "metadata": {"debugger": False}}
-    (place.spec_dir / KERNEL_NAME).mkdir(exist_ok=True)
-    (place.spec_dir / KERNEL_NAME / "kernel.json").write_text(json.dumps(spec))
-    return place
+    env.update(HOME=f"{own}/home", TMPDIR="/tmp", IPYTHONDIR=f"{own}/ipython", MPLCONFIGDIR=f"{own}/mpl",
+               PYTHONDONTWRITEBYTECODE="1")
+    return env
 
 
-def unsandboxed_warning(why: str) -> str:
-    return (f"grade: warning: the student's code runs without a sandbox ({why}): it can read solutions/, use the "
-            "network and write your files; checks, hidden cases and the score still stay in the grader's process")
+# -- starting and ending ----------------------------------------------------------------------------------------
+
+@dataclass
+class Program:
+    """One program to start in the sandbox: ``argv``, ``env`` and ``cwd`` as the sandbox sees them, and the
+    pipe ends of the grader's it keeps (every other one is closed before it runs)."""
+
+    argv: list[str]
+    env: dict
+    cwd: str
+    fds: list[int] = field(default_factory=list)
+    outside: bool = False  # outside the sandbox's pid namespace (the relay): its processes cannot signal it
+
+
+@dataclass
+class Box:
+    """A started sandbox: the launcher's process, how it is isolated, and its cgroup."""
+
+    proc: subprocess.Popen
+    mode: str                   # "root", "user namespace" or "off"
+    own: str                    # the program's folder as the programs see it
+    cgroup: cgroups.Cgroup | None
+    pid1: int | None = None
+    stopped: bool = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def died_of_memory(self) -> bool:
+        code = self.proc.poll()
+        if code == EXIT_MEMORY:
+            return True
+        return code is not None and self.cgroup is not None and self.cgroup.hit_memory_limit()
+
+    def stop(self) -> None:
+        """End every process of the sandbox and wait for them; remove its cgroup.  Safe to call twice."""
+        if self.stopped:
+            return
+        self.stopped = True
+        pid_ns = None if self.mode == "off" else _pid_namespace(self.proc.pid)
+        try:
+            if self.mode == "off":
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()  # pid 1 dies with it (PR_SET_PDEATHSIG), and the kernel ends its namespace
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        _wait_gone(pid_ns)
+
+
+EXIT_MEMORY = 99  # the launcher's code when its watchdog ended the sandbox (``_sandbox_init.EXIT_MEMORY``)
+
+
+def _pid_namespace(launcher: int) -> str | None:
+    """The sandbox's pid namespace: the one the launcher's children are in (read from the launcher, not from pid 1,
+    which is not dumpable)."""
+    try:
+        return os.readlink(f"/proc/{launcher}/ns/pid_for_children")
+    except OSError:
+        return None
+
+
+def _wait_gone(pid_ns: str | None, wait: float = 5.0) -> None:
+    """Wait until no process of the sandbox's pid namespace is left (the kernel kills them when pid 1 dies)."""
+    if pid_ns is None:
+        return
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        left = False
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.readlink(f"/proc/{name}/ns/pid") == pid_ns:
+                        left = True
+                        break
+                except OSError:
+                    continue
+        if not left:
+            return
+        time.sleep(0.02)
+
+
+def limits_text(group: cgroups.Cgroup | None) -> str:
+    """How the whole sandbox is bounded, for the report."""
+    tmpfs = ", ".join(f"{k} {v / 2**20:g} MiB" for k, v in (("/tmp", SIZES["tmp"]), ("/dev/shm", SIZES["shm"]),
+                                                          ("its own folder", SIZES["own"])))
+    whole = group.describe() if group is not None else (
+        f"no cgroup here: pid 1 ends the sandbox when its processes' resident memory and its tmpfs mounts pass "
+        f"{TOTAL_MEMORY / 2**30:g} GiB, and at most {PROCESS_LIMIT:,} processes for its user")
+    return (f"{whole}; per process {MEMORY_LIMIT / 2**30:g} GiB of address space and {FILE_SIZE_LIMIT / 2**20:g} MiB "
+            f"per file; writable only tmpfs ({tmpfs})")
+
+
+def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[str], off: str | None,
+          dirs=(), files=None, stdout=subprocess.DEVNULL) -> Box:
+    """Start ``programs`` in one sandbox (``off``: unisolated, the caller's explicit choice) and wait for the
+    launcher's report.  ``host_dir`` is a fresh folder of the grader's; ``dirs`` and ``files`` are made in the
+    programs' own folder."""
+    own = str(host_dir / "own") if off else OWN
+    group = None if off else cgroups.create(TOTAL_MEMORY, PROCESS_LIMIT)
+    if not off:
+        (host_dir / "root").mkdir()
+    passed = [fd for p in programs for fd in p.fds]
+    cfg = {"mode": "off" if off else "isolate", "newroot": str(host_dir / "root"), "own": own, "binds": binds,
+           "hide": hide, "sizes": SIZES, "dirs": list(dirs), "files": dict(files or {}),
+           "cgroups": [str(d) for d in group.dirs] if group else [],
+           "programs": [{"argv": p.argv, "env": p.env, "cwd": p.cwd, "fds": p.fds, "outside": p.outside}
+                        for p in programs],
+           "limits": {"memory": MEMORY_LIMIT, "processes": PROCESS_LIMIT, "file_size": FILE_SIZE_LIMIT, "core": 0,
+                      "total_memory": TOTAL_MEMORY}}
+    status_r, status_w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), str(status_w)], stdin=subprocess.PIPE,
+                                stdout=stdout, stderr=subprocess.DEVNULL, pass_fds=(status_w, *passed),
+                                start_new_session=True, cwd="/")
+    except OSError as exc:
+        os.close(status_r)
+        os.close(status_w)
+        if group:
+            group.remove()
+        raise SandboxUnavailable(f"the sandbox's launcher did not start ({exc})") from None
+    os.close(status_w)
+    box = Box(proc, "off" if off else "?", own, group)
+    try:
+        proc.stdin.write(json.dumps(cfg).encode())
+        proc.stdin.close()
+        proc.stdin = None
+        lines = _read_report(status_r, proc)
+    except BaseException:
+        box.stop()
+        raise
+    finally:
+        os.close(status_r)
+    return _started(box, lines)
+
+
+def _started(box: Box, lines: list[dict]) -> Box:
+    ok = next((line for line in lines if "ok" in line), None)
+    box.pid1 = next((line["pid1"] for line in lines if isinstance(line.get("pid1"), int)), None)
+    if ok is None or ok.get("ok") is not True:
+        why = str(ok.get("why", "")) if ok else ""
+        box.stop()
+        raise SandboxUnavailable(why or f"the sandbox's launcher ended with status {box.proc.returncode} before it "
+                                        "reported")
+    if box.mode == "off":
+        return box
+    box.mode = str(ok.get("mode"))
+    if ok.get("root") != "/":  # chroot, not pivot_root: the outer process still sees the old root
+        box.stop()
+        raise SandboxUnavailable("pivot_root is not available on this machine")
+    return box
+
+
+def _read_report(fd: int, proc: subprocess.Popen) -> list[dict]:
+    """The launcher's JSON lines, read until it closes the pipe (its report is complete then)."""
+    data = b""
+    deadline = time.monotonic() + START_TIMEOUT
+    while len(data) < 65536:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxUnavailable(f"the sandbox's launcher did not report within {START_TIMEOUT:g} s")
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    out = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out

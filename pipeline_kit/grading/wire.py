@@ -17,6 +17,8 @@ import json
 import math
 from fractions import Fraction
 
+from ..limits import MAX_COST_DENOMINATOR, MAX_FRACTION_BITS, MAX_RESIMULATED_OPS
+
 TAG = "$"
 MAX_BYTES = 16 * 2**20   # one encoded message
 MAX_DEPTH = 100          # nesting of lists, tuples, dicts and sets
@@ -62,7 +64,10 @@ def encode(value, refs=None, depth: int = 0):
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, Fraction):
-        return {TAG: "fraction", "v": [int(Fraction.numerator.fget(value)), int(Fraction.denominator.fget(value))]}
+        pair = [int(Fraction.numerator.fget(value)), int(Fraction.denominator.fget(value))]
+        if max(abs(pair[0]), pair[1]).bit_length() > MAX_FRACTION_BITS:
+            raise WireError(f"a Fraction of more than {MAX_FRACTION_BITS} bits (MAX_FRACTION_BITS)")
+        return {TAG: "fraction", "v": pair}
     module = t.__module__ or ""
     if module.startswith("pipeline_kit."):
         return _encode_kit(value, t, refs, sub)
@@ -207,6 +212,8 @@ def _decode_tagged(kind, v, resolve, depth):  # noqa: C901 -- one branch per kin
         return float(v)
     if kind == "fraction":
         _need(isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v) and v[1] != 0, kind)
+        if max(abs(v[0]), abs(v[1])).bit_length() > MAX_FRACTION_BITS:
+            raise WireError(f"a Fraction of more than {MAX_FRACTION_BITS} bits (MAX_FRACTION_BITS)")
         return Fraction(v[0], v[1])
     if kind in ("tuple", "set", "frozenset"):
         _need(isinstance(v, list), kind)
@@ -277,6 +284,10 @@ def _decode_simresult(v, resolve, depth):
     _need(isinstance(v, dict) and set(v) == {"schedule", "costs"}, "SimResult")
     schedule = decode(v["schedule"], resolve, depth)
     _need(type(schedule).__name__ == "Schedule" and isinstance(v["costs"], dict), "SimResult")
+    ops = sum(len(r) for r in schedule.ranks)
+    if ops > MAX_RESIMULATED_OPS:
+        raise WireError(f"a SimResult of {ops:,} ops is more than the grader simulates again ({MAX_RESIMULATED_OPS:,}, "
+                        "MAX_RESIMULATED_OPS)")
     costs = {}
     for key, length in (("fwd", schedule.stages), ("bwd", schedule.stages), ("wgrad", schedule.stages),
                         ("comm", schedule.stages - 1), ("nbytes", schedule.stages - 1),
@@ -285,6 +296,16 @@ def _decode_simresult(v, resolve, depth):
         _need(isinstance(values, list) and len(values) == length and all(
             isinstance(x, (int, float, Fraction)) and not isinstance(x, bool) and x >= 0 for x in values), "SimResult")
         costs[key] = values
+    denominator = 1
+    for values in costs.values():
+        for x in values:
+            if isinstance(x, Fraction):
+                denominator = math.lcm(denominator, x.denominator)
+            if isinstance(x, int) and not isinstance(x, bool) and x.bit_length() > MAX_FRACTION_BITS:
+                raise WireError(f"a SimResult cost of more than {MAX_FRACTION_BITS} bits (MAX_FRACTION_BITS)")
+            if denominator > MAX_COST_DENOMINATOR:
+                raise WireError("a SimResult whose Fraction costs have a common denominator over "
+                                f"{MAX_COST_DENOMINATOR:,} (MAX_COST_DENOMINATOR)")
     return simulate(schedule, costs=_Resolved(StageCosts(**costs)))
 
 

@@ -4,6 +4,6 @@ The checks live by question in :mod:`pipeline_kit.grading.questions`; this modul
 test cells (and the book) call them by."""
 
 from ..questions.m043 import (  # noqa: F401
-    KIT_GENERATORS, check_order, check_p2p_memory, check_phases, check_warmup, hidden_order_cases, megatron_warmup,
+    check_order, check_p2p_memory, check_phases, check_warmup, hidden_order_cases, megatron_warmup,
     order_grid, shaped,
 )
