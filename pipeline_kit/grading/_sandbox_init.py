@@ -315,8 +315,8 @@ def main() -> None:
     try:
         enter_namespaces(root)
         isolated_r, isolated_w = os.pipe()
-        for prog in outside:
-            start_outside(prog, [status, isolated_w, *passed], isolated_r, root, cfg["limits"])
+        report(status, outside=[start_outside(p, [status, isolated_w, *passed], isolated_r, root, cfg["limits"])
+                                for p in outside])
         _check(libc.unshare(CLONE_NEWPID), "unshare")
     except OSError as exc:
         report(status, ok=False, why=f"cannot create namespaces ({exc.strerror})")
@@ -350,15 +350,16 @@ def main() -> None:
     supervise(started, int(cfg["limits"]["total_memory"]), ["/tmp", "/dev/shm", cfg["own"]])
 
 
-def start_outside(prog: dict, others: list[int], isolated_r: int, root: bool, limits: dict) -> None:
+def start_outside(prog: dict, others: list[int], isolated_r: int, root: bool, limits: dict) -> int:
     """Fork a program that lives in the sandbox's mount, network and user namespaces but outside its pid
     namespace (the kernel's relay): the sandbox's processes cannot name it, so they can neither signal nor trace
     it.  It waits until pid 1 has built the new root (``pivot_root`` makes it this process's root too), then
     runs; it dies with the launcher (``PR_SET_PDEATHSIG``)."""
-    if os.fork():
+    pid = os.fork()
+    if pid:
         for fd in prog.get("fds", []):
             os.close(fd)
-        return
+        return pid
     try:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for fd in others:

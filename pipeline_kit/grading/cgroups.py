@@ -31,8 +31,8 @@ class Cgroup:
     processes: int
 
     def describe(self) -> str:
-        return (f"{self.kind}: {self.memory / 2**30:g} GiB of memory and {self.processes:,} processes for the whole "
-                "sandbox")
+        return (f"{self.kind} caps the whole sandbox at {self.memory / 2**30:g} GiB of memory and "
+                f"{self.processes:,} processes")
 
     def hit_memory_limit(self) -> bool:
         """Whether the sandbox's memory reached the limit (then the kernel's death was the cgroup's doing)."""
@@ -152,6 +152,8 @@ def _v2(memory: int, processes: int) -> Cgroup | None:
             _write(child / "pids.max", str(processes))
             if (child / "memory.swap.max").exists():
                 _write(child / "memory.swap.max", "0")
+            if (child / "memory.oom.group").exists():
+                _write(child / "memory.oom.group", "1")  # an OOM kill takes the whole sandbox, not one process
             return group
         except OSError:
             group.remove()

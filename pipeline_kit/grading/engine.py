@@ -232,6 +232,8 @@ class Run:
         student_cells = [(k, c.get("source", "")) for k, c in zip(self.kinds, self.cells)]
         self.session.own_code = lambda wanted: names.defining_sources(student_cells, i, wanted)
         try:
+            # the cell's own imports first: a later cell still has ``lab04`` when fetching this cell's names fails
+            exec(names.top_level_imports(source), self.namespace)  # noqa: S102 -- a canonical test cell's imports
             self.bind_names(origins)
             remote.activate(self.session)
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

@@ -228,6 +228,9 @@ def decode_reply(reply: dict) -> dict:
     """A data request's answer: the user expression's text must be the repr of base64 text of at most
     :data:`wire.MAX_BYTES` of JSON holding an object -- checked in that order, before anything is parsed."""
     text = reply.get("text")
+    if isinstance(reply.get("text_chars"), int):
+        return {"error": f"the kernel's answer takes {reply['text_chars']:,} characters, over the limit of a reply "
+                         f"({wire.MAX_BYTES:,} bytes of data)"}
     if not isinstance(text, str):
         why = f"{reply.get('ename')}: {reply.get('evalue')}" if reply.get("status") == "error" else \
             str(reply.get("evalue_r", "no value"))[:200]

@@ -104,6 +104,17 @@ def kernel_prelude(source: str) -> str:
     return "\n".join(ast.get_source_segment(visible, node) or "" for node in tree.body if isinstance(node, keep))
 
 
+def top_level_imports(source: str) -> str:
+    """A cell's top-level ``import`` statements (outside its hidden part too), as source."""
+    text = python_source(source)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return ""
+    return "\n".join(ast.get_source_segment(text, node) or "" for node in tree.body
+                     if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 @dataclass
 class Origin:
     side: str               # GRADER, IMPORT or STUDENT

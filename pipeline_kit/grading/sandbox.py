@@ -29,6 +29,8 @@ LAUNCHER = Path(__file__).with_name("_sandbox_init.py")
 OWN = "/run/student"             # the program's folder inside the sandbox: HOME, cwd, IPC sockets (a tmpfs)
 MEMORY_LIMIT = 4 * 2**30         # bytes of address space per process (torch with gloo needs about 1.5 GiB)
 TOTAL_MEMORY = 6 * 2**30         # bytes for the whole sandbox: every process's resident memory and its tmpfs mounts
+CGROUP_MARGIN = 2**30            # the cgroup's hard cap is this much higher: pid 1's watchdog, which ends the whole
+#                                  sandbox at TOTAL_MEMORY, acts first; the cgroup catches what grows between two looks
 PROCESS_LIMIT = 512              # processes and threads (an honest lab 6 kernel, running torchrun, peaks at ~80)
 FILE_SIZE_LIMIT = 256 * 2**20    # bytes per file the program writes
 SIZES = {"tmp": 512 * 2**20, "shm": 512 * 2**20, "own": 256 * 2**20}  # the tmpfs mounts: /tmp, /dev/shm, OWN
@@ -171,12 +173,17 @@ class Box:
     own: str                    # the program's folder as the programs see it
     cgroup: cgroups.Cgroup | None
     pid1: int | None = None
+    outside: list[int] = field(default_factory=list)  # the relay: outside the pid namespace, ended here too
     stopped: bool = False
+    memory_death: bool = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def died_of_memory(self) -> bool:
+        """Whether the sandbox ended because its memory passed the limit (pid 1's watchdog, or the cgroup's)."""
+        if self.stopped:
+            return self.memory_death
         code = self.proc.poll()
         if code == EXIT_MEMORY:
             return True
@@ -186,6 +193,7 @@ class Box:
         """End every process of the sandbox and wait for them; remove its cgroup.  Safe to call twice."""
         if self.stopped:
             return
+        self.memory_death = self.died_of_memory()
         self.stopped = True
         pid_ns = None if self.mode == "off" else _pid_namespace(self.proc.pid)
         try:
@@ -202,9 +210,11 @@ class Box:
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
                 stream.close()
+        for pid in self.outside:  # they die with the launcher (PR_SET_PDEATHSIG); make sure, and wait
+            _kill_if_ours(pid)
         if self.cgroup is not None:
             self.cgroup.remove()
-        _wait_gone(pid_ns)
+        _wait_gone(pid_ns, self.outside)
 
 
 EXIT_MEMORY = 99  # the launcher's code when its watchdog ended the sandbox (``_sandbox_init.EXIT_MEMORY``)
@@ -219,18 +229,28 @@ def _pid_namespace(launcher: int) -> str | None:
         return None
 
 
-def _wait_gone(pid_ns: str | None, wait: float = 5.0) -> None:
-    """Wait until no process of the sandbox's pid namespace is left (the kernel kills them when pid 1 dies)."""
-    if pid_ns is None:
-        return
+def _kill_if_ours(pid: int) -> None:
+    """SIGKILL ``pid`` if it is still the sandbox's program (its command line names the kit's relay)."""
+    try:
+        if b"_kernel_relay.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _wait_gone(pid_ns: str | None, outside: list[int], wait: float = 5.0) -> None:
+    """Wait until no process of the sandbox's pid namespace, and none of its outside programs, is left (the kernel
+    kills the namespace's processes when pid 1 dies)."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        left = False
-        for name in os.listdir("/proc"):
+        left = any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in outside)
+        if pid_ns is None and not left:
+            return
+        for name in os.listdir("/proc") if pid_ns is not None and not left else ():
             if name.isdigit():
                 try:
-                    if os.readlink(f"/proc/{name}/ns/pid") == pid_ns:
-                        left = True
+                    if os.readlink(f"/proc/{name}/ns/pid") == pid_ns and _state(int(name)) != "Z":
+                        left = True  # (a zombie holds nothing: it waits for the machine's init to reap it)
                         break
                 except OSError:
                     continue
@@ -239,13 +259,21 @@ def _wait_gone(pid_ns: str | None, wait: float = 5.0) -> None:
         time.sleep(0.02)
 
 
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
 def limits_text(group: cgroups.Cgroup | None) -> str:
     """How the whole sandbox is bounded, for the report."""
     tmpfs = ", ".join(f"{k} {v / 2**20:g} MiB" for k, v in (("/tmp", SIZES["tmp"]), ("/dev/shm", SIZES["shm"]),
                                                           ("its own folder", SIZES["own"])))
-    whole = group.describe() if group is not None else (
-        f"no cgroup here: pid 1 ends the sandbox when its processes' resident memory and its tmpfs mounts pass "
-        f"{TOTAL_MEMORY / 2**30:g} GiB, and at most {PROCESS_LIMIT:,} processes for its user")
+    watch = (f"pid 1 ends the sandbox when its processes' resident memory and its tmpfs mounts pass "
+             f"{TOTAL_MEMORY / 2**30:g} GiB")
+    whole = f"{watch}; {group.describe()}" if group is not None else (
+        f"{watch}; no cgroup here: at most {PROCESS_LIMIT:,} processes for its user")
     return (f"{whole}; per process {MEMORY_LIMIT / 2**30:g} GiB of address space and {FILE_SIZE_LIMIT / 2**20:g} MiB "
             f"per file; writable only tmpfs ({tmpfs})")
 
@@ -256,7 +284,7 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
     launcher's report.  ``host_dir`` is a fresh folder of the grader's; ``dirs`` and ``files`` are made in the
     programs' own folder."""
     own = str(host_dir / "own") if off else OWN
-    group = None if off else cgroups.create(TOTAL_MEMORY, PROCESS_LIMIT)
+    group = None if off else cgroups.create(TOTAL_MEMORY + CGROUP_MARGIN, PROCESS_LIMIT)
     if not off:
         (host_dir / "root").mkdir()
     passed = [fd for p in programs for fd in p.fds]
@@ -296,6 +324,8 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
 def _started(box: Box, lines: list[dict]) -> Box:
     ok = next((line for line in lines if "ok" in line), None)
     box.pid1 = next((line["pid1"] for line in lines if isinstance(line.get("pid1"), int)), None)
+    box.outside = [p for line in lines if isinstance(line.get("outside"), list) for p in line["outside"]
+                   if isinstance(p, int)]
     if ok is None or ok.get("ok") is not True:
         why = str(ok.get("why", "")) if ok else ""
         box.stop()

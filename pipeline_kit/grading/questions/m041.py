@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...schedules import select_schedule
 from ...sim import simulate
-from ..labs.live import check_callback  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
+from .live import check_callback  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from .common import (
     call,
     check,

@@ -13,8 +13,8 @@ from __future__ import annotations
 from ...layout import PRESETS, Layout, ModelSpec, even_layout, stage_costs
 from ...schedules import build_schedule
 from ...sim import simulate
-from ..labs.grader_runs import GRAD_RUN, check_grad_run, grader_run  # noqa: F401 -- the grader's own job
-from ..labs.live import check_build_stage  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
+from .grader_runs import GRAD_RUN, cfg_from_run, check_grad_run, grader_run, spec_of  # noqa: F401 -- the grader's own job
+from .live import check_build_stage  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from .common import (
     call,
     check,
@@ -40,22 +40,6 @@ def seed_cfg():
     """The seeds' model, seed-pp8, as the runtime's ``GPTConfig`` (lab 6's ``SEED_CFG``)."""
     from ...runtime.model import GPTConfig
     return GPTConfig(vocab=32000, seq_len=512, hidden=768, heads=12, layers=16)
-
-
-def spec_of(cfg, micro_batch_size: int = 2, dtype_bytes: int = 2) -> ModelSpec:
-    return ModelSpec(vocab=cfg.vocab, seq_len=cfg.seq_len, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers,
-                     ffn_mult=cfg.ffn_mult, tie_embeddings=cfg.tie_embeddings, micro_batch_size=micro_batch_size,
-                     dtype_bytes=dtype_bytes)
-
-
-def cfg_from_run(run_args):
-    """The GPTConfig a ``pipeline_kit.run`` command line builds, with its micro-batch size and M."""
-    from ...run import build_parser
-    from ...runtime.model import GPTConfig
-    a = build_parser().parse_args(list(run_args))
-    cfg = GPTConfig(vocab=a.vocab, seq_len=a.seq_len, hidden=a.hidden, heads=a.heads, layers=a.layers,
-                    tie_embeddings=a.tie_embeddings, seed=a.seed)
-    return cfg, a.micro_batch_size, a.microbatches
 
 
 def kit_layout(layers: int, n: int) -> Layout:

@@ -21,8 +21,8 @@ from .common import (
     fail,
 )
 from .m047 import cfg_from_run, draw_cfg
-from ..labs import grader_runs
-from ..labs.live import (  # noqa: F401 -- live-object checks (live.py)
+from . import grader_runs
+from .live import (  # noqa: F401 -- live-object checks (live.py)
     check_last_stage,
     check_log_tensor,
     check_scaling,

@@ -13,7 +13,7 @@ import re
 from types import SimpleNamespace
 
 from ...schedules import build_schedule, stage_owner
-from ..labs.live import check_deallocate  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
+from .live import check_deallocate  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
 from .m046 import RUN
 from .common import (

@@ -9,9 +9,26 @@ from __future__ import annotations
 
 import re
 
+from ...layout import ModelSpec
 from .common import describe, expect_type, fail, student_layout
 
 GRAD_RUN = ("--schedule", "1f1b", "-m", "4", "--steps", "1", "--layers", "6", "--hidden", "32", "--check-grads")
+
+
+def spec_of(cfg, micro_batch_size: int = 2, dtype_bytes: int = 2) -> ModelSpec:
+    return ModelSpec(vocab=cfg.vocab, seq_len=cfg.seq_len, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers,
+                     ffn_mult=cfg.ffn_mult, tie_embeddings=cfg.tie_embeddings, micro_batch_size=micro_batch_size,
+                     dtype_bytes=dtype_bytes)
+
+
+def cfg_from_run(run_args):
+    """The GPTConfig a ``pipeline_kit.run`` command line builds, with its micro-batch size and M."""
+    from ...run import build_parser
+    from ...runtime.model import GPTConfig
+    a = build_parser().parse_args(list(run_args))
+    cfg = GPTConfig(vocab=a.vocab, seq_len=a.seq_len, hidden=a.hidden, heads=a.heads, layers=a.layers,
+                    tie_embeddings=a.tie_embeddings, seed=a.seed)
+    return cfg, a.micro_batch_size, a.microbatches
 
 
 _runs: dict[tuple, object] = {}
@@ -43,7 +60,6 @@ def check_grad_run(layout_text, predicted, run=None, run_args=GRAD_RUN, pp: int 
     are ignored; in the student's notebook the notebook's run gives instant feedback.
     """
     from ...layout import stage_costs
-    from .lab06 import cfg_from_run, spec_of
     grading = _grading()
     cfg, mbs, _ = cfg_from_run(GRAD_RUN if grading else tuple(run_args))
     lay = student_layout(layout_text, "my_layout", pp, cfg.layers)
