@@ -62,6 +62,18 @@ def _planted() -> list[str]:
     return out
 
 
+def _of_nobody() -> list[int]:
+    """Processes of ``nobody``, the sandbox's user when the grader runs as root."""
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.stat().st_uid == 65534 and "Z" not in (proc / "stat").read_text().rsplit(")", 1)[1][:3]:
+                out.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return out
+
+
 def _grade(path: Path, *args: str, limit_s: float, env=None) -> tuple[subprocess.CompletedProcess, dict | None]:
     """``grade --json`` in a fresh process, checked for everything an attack must not achieve."""
     tree = _tree()
@@ -77,6 +89,7 @@ def _grade(path: Path, *args: str, limit_s: float, env=None) -> tuple[subprocess
     assert _tree() == tree, "the kit's tree changed"
     assert _planted() == [], "the attack left files behind"
     assert sandbox_processes() == [], "processes of the sandbox outlived the grade"
+    assert _of_nobody() == [], "processes of the sandbox's user outlived the grade"
     assert not list(Path("/tmp").glob("pipeline-kit-grade-*")), "the grade's folder was left behind"
     if proc.returncode != 0:
         assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.returncode, proc.stderr)

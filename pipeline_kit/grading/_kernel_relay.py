@@ -1,6 +1,7 @@
 """The grader's only line to a student's kernel: a relay that runs inside the kernel's sandbox.
 
-Run as ``python -I _kernel_relay.py IN_FD OUT_FD CONNECTION_JSON`` by the sandbox's launcher.
+Run as ``python -I _kernel_relay.py IN_FD OUT_FD`` by the sandbox's launcher; the first line on ``IN_FD`` is the
+kernel's connection information (not in the command line, which every user of the machine can read).
 Why a relay, and why there: the kernel's ZMQ sockets, its messages and its files are the student's to change (a
 patched kernel can send a message of any size and any number of parts).  The relay is the one process that touches
 them.  It runs in the sandbox's mount, network and user namespaces (it sees the kernel's sockets, nothing of the
@@ -70,7 +71,15 @@ def result(pending_id, msg):
 
 
 def main():
-    fd_in, fd_out, info = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    buf = b""
+    while b"\n" not in buf:
+        chunk = os.read(fd_in, 65536)
+        if not chunk or len(buf) > MAX_LINE:
+            return
+        buf += chunk
+    line, buf = buf.split(b"\n", 1)
+    info = json.loads(line)
     session = Session(key=info["key"].encode(), signature_scheme=info["signature_scheme"])
     ctx = zmq.Context()
     socks = sockets(ctx, info)
@@ -78,7 +87,7 @@ def main():
     for sock in socks.values():
         poller.register(sock, zmq.POLLIN)
     poller.register(fd_in, zmq.POLLIN)
-    pending, buf, ready, asked = {}, b"", False, 0.0
+    pending, ready, asked = {}, False, 0.0
     while True:
         if not ready and time.monotonic() - asked > 0.5:
             session.send(socks["shell"], "kernel_info_request", {})

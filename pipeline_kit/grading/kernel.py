@@ -105,9 +105,8 @@ class StudentKernel:
                 "kernel_name": ""}
         to_relay, from_relay = os.pipe(), os.pipe()
         env = sandbox.environment(own)
-        relay = sandbox.Program([sys.executable, "-I", str(RELAY), str(to_relay[0]), str(from_relay[1]),
-                                 json.dumps(info)], env, f"{own}/cwd", fds=[to_relay[0], from_relay[1]],
-                                outside=True)
+        relay = sandbox.Program([sys.executable, "-I", str(RELAY), str(to_relay[0]), str(from_relay[1])], env,
+                                f"{own}/cwd", fds=[to_relay[0], from_relay[1]], outside=True)
         kernel = sandbox.Program([sys.executable, "-P", "-m", "ipykernel_launcher", "-f", f"{own}/connection.json"],
                                  env, f"{own}/cwd")
         try:
@@ -122,7 +121,9 @@ class StudentKernel:
                 os.close(from_relay[0])
         self.to_relay, self.lines = to_relay[1], JsonLines(from_relay[0])
         fcntl.fcntl(self.to_relay, fcntl.F_SETFL, fcntl.fcntl(self.to_relay, fcntl.F_GETFL) | os.O_NONBLOCK)
-        ready = self.lines.get(time.monotonic() + START_TIMEOUT)
+        started = time.monotonic()
+        self._send(info, started + START_TIMEOUT)  # the relay's first line: the kernel's connection information
+        ready = self.lines.get(started + START_TIMEOUT)
         if not (isinstance(ready, dict) and ready.get("op") == "ready"):
             self.shutdown()
             raise KernelUnavailable("the kernel did not start" + (" in time" if ready is ... else ""))

@@ -10,7 +10,7 @@ generators fails there, so an order that comes back was computed by the student'
 Where the cells come from: in a grade, from the notebook the grader merged (the last cell above the test cell that
 defines each name -- text the grader holds, not something the kernel reports); in the student's notebook, from
 the cell IPython compiled the function from, so the notebook gives the same verdict.  A function defined outside
-a notebook (a module, a closure) is called as it is: there is no cell to run.
+a notebook (a module's, a unit test's lambda) is called as it is: there is no cell to run.
 """
 
 from __future__ import annotations
@@ -43,15 +43,24 @@ def cell_sources(func, name: str, needs=()) -> list[str] | None:
     session = remote._session
     if session is not None and session.own_code is not None:
         return session.own_code([name, *needs])
+    if not _notebooks(func):
+        return None
     found = []
     for wanted in (name, *needs):
         fn = func if wanted == name else getattr(func, "__globals__", {}).get(wanted)
         source = _ipython_cell(fn)
-        if wanted == name and source is None:
-            return None
         if source is not None and source not in found:
             found.insert(0, source) if wanted != name else found.append(source)
     return found
+
+
+def _notebooks(func) -> bool:
+    """Whether ``func`` is a notebook's: defined in the ``__main__`` of a running IPython (a cell, or code a cell
+    ran with ``exec``, which then has no cell to run without the kit -- as in a grade)."""
+    import sys
+    shell = sys.modules.get("IPython")
+    running = shell is not None and getattr(shell, "get_ipython", lambda: None)() is not None
+    return running and getattr(func, "__module__", None) == "__main__"
 
 
 def _ipython_cell(fn) -> str | None:
@@ -127,12 +136,12 @@ class KitFree:
         head = self.lines.get(time.monotonic() + min(self._timeout(), START_TIMEOUT))
         if not isinstance(head, dict):
             self.close()
-            raise self._timed_out() if head is ... else RuntimeError(
+            raise self._timed_out(min(self._timeout(), START_TIMEOUT)) if head is ... else RuntimeError(
                 f"{self.name}: the kit-free run of your answer cells ended before it answered")
         return head
 
-    def _timed_out(self) -> BaseException:
-        text = f"timed out in the kit-free run of {self.name} and was stopped"
+    def _timed_out(self, seconds: float) -> BaseException:
+        text = f"timed out after {seconds:g} s in the kit-free run of {self.name} and was stopped"
         return StudentTimeout(text) if remote._session is not None else TimeoutError(text)
 
     def __call__(self, *args):
@@ -143,17 +152,18 @@ class KitFree:
             raise NameError(f"{self.name} is not defined when its answer cell runs without the kit"
                             + (f" ({errors})" if errors else "") + f" -- {WHY}")
         data = (json.dumps(list(args)) + "\n").encode()
-        until = time.monotonic() + self._timeout()
+        limit = self._timeout()
+        until = time.monotonic() + limit
         while data:
             _, ready, _ = select.select([], [self.to_runner], [], max(0.0, until - time.monotonic()))
             if not ready:
                 self.close()
-                raise self._timed_out()
+                raise self._timed_out(limit)
             data = data[os.write(self.to_runner, data):]
         reply = self.lines.get(until)
         if reply is ...:
             self.close()
-            raise self._timed_out()
+            raise self._timed_out(limit)
         if not isinstance(reply, dict):
             self.close()
             raise RuntimeError(f"the kit-free run of {self.name} ended while it ran (os._exit? out of memory?)")
