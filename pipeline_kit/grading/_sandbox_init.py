@@ -225,20 +225,28 @@ def join_cgroups(dirs: list[str]) -> None:
             f.write(str(os.getpid()))
 
 
-def start_program(prog: dict, others: list[int], isolated: bool, root: bool, limits: dict) -> int:
-    """Fork and exec one program: it keeps only its own pipe ends (``prog["fds"]``) of those the grader passed."""
+def start_program(prog: dict, others: list[int], isolated: bool, root: bool, limits: dict,
+                  wait_for: int | None = None) -> int:
+    """Fork and exec one program: it keeps only its own pipe ends (``prog["fds"]``) of those the grader passed.
+    With ``wait_for`` (an outside program), it dies with the launcher and first waits for pid 1's go-ahead."""
     pid = os.fork()
     if pid:
         for fd in prog.get("fds", []):
             os.close(fd)
         return pid
     try:
+        if wait_for is not None:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for fd in others:
             if fd not in prog.get("fds", []):
                 try:
                     os.close(fd)
                 except OSError:
                     pass
+        if wait_for is not None:
+            if os.read(wait_for, 1) != b"1":
+                os._exit(3)  # pid 1 could not isolate the sandbox: it has said why
+            os.close(wait_for)
         if isolated:
             drop_privileges(root)
         set_limits(limits)
@@ -315,8 +323,11 @@ def main() -> None:
     try:
         enter_namespaces(root)
         isolated_r, isolated_w = os.pipe()
-        report(status, outside=[start_outside(p, [status, isolated_w, *passed], isolated_r, root, cfg["limits"])
-                                for p in outside])
+        # Outside programs (the kernel's relay) are forked before the pid namespace exists, so the sandbox's
+        # processes cannot name them (nor signal nor trace them); they run once pid 1 has built the new root
+        # (pivot_root makes it their root too) and die with the launcher.
+        report(status, outside=[start_program(p, [status, isolated_w, *passed], True, root, cfg["limits"],
+                                              wait_for=isolated_r) for p in outside])
         _check(libc.unshare(CLONE_NEWPID), "unshare")
     except OSError as exc:
         report(status, ok=False, why=f"cannot create namespaces ({exc.strerror})")
@@ -348,32 +359,6 @@ def main() -> None:
     os.close(isolated_w)
     started = [start_program(p, passed, True, root, cfg["limits"]) for p in inside]
     supervise(started, int(cfg["limits"]["total_memory"]), ["/tmp", "/dev/shm", cfg["own"]])
-
-
-def start_outside(prog: dict, others: list[int], isolated_r: int, root: bool, limits: dict) -> int:
-    """Fork a program that lives in the sandbox's mount, network and user namespaces but outside its pid
-    namespace (the kernel's relay): the sandbox's processes cannot name it, so they can neither signal nor trace
-    it.  It waits until pid 1 has built the new root (``pivot_root`` makes it this process's root too), then
-    runs; it dies with the launcher (``PR_SET_PDEATHSIG``)."""
-    pid = os.fork()
-    if pid:
-        for fd in prog.get("fds", []):
-            os.close(fd)
-        return pid
-    try:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        for fd in others:
-            if fd not in prog.get("fds", []):
-                os.close(fd)
-        if os.read(isolated_r, 1) != b"1":
-            os._exit(3)  # pid 1 could not isolate the sandbox: it has said why
-        os.close(isolated_r)
-        drop_privileges(root)
-        set_limits(limits)
-        os.chdir(prog["cwd"])
-        os.execve(prog["argv"][0], prog["argv"], dict(prog["env"]))
-    finally:
-        os._exit(127)
 
 
 if __name__ == "__main__":
