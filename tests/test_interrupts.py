@@ -134,8 +134,11 @@ def test_an_interrupted_caller_stops_the_whole_job_and_a_killed_one_too():
                   f"    launch.torchrun(2, {marker!r}, module='tests.sleeper', timeout=300)\n"
                   "except KeyboardInterrupt:\n"
                   "    print('caller interrupted', flush=True)\n")
+        # (SIGINT as a notebook's kernel has it: a suite started in the background by a shell without job
+        # control inherits SIGINT ignored, and so would the caller, which then never sees its Ctrl-C)
         caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, cwd=ROOT, env=ENV)
+                                  text=True, cwd=ROOT, env=ENV,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 60
         while len([p for p in processes_with(marker) if "tests.sleeper" in p and "torch.distributed" not in p]) < 2:
             assert time.monotonic() < deadline, processes_with(marker)
