@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,10 +78,17 @@ def _of_nobody() -> list[int]:
 def _grade(path: Path, *args: str, limit_s: float, env=None) -> tuple[subprocess.CompletedProcess, dict | None]:
     """``grade --json`` in a fresh process, checked for everything an attack must not achieve."""
     tree = _tree()
+    # its own TMPDIR (short enough for socket paths), so a folder another grade left (one killed outright, on a
+    # machine whose /tmp outlives a run) is not taken for this grade's
+    tmp = Path(tempfile.mkdtemp(prefix="pk-", dir="/tmp"))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", GRADER, "grade", str(path), "--json", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=limit_s + 120, env={**os.environ, **(env or {})},
-                          check=False)
+    try:
+        proc = subprocess.run([sys.executable, "-c", GRADER, "grade", str(path), "--json", *args],
+                              capture_output=True, text=True, cwd=ROOT, timeout=limit_s + 120,
+                              env={**os.environ, "TMPDIR": str(tmp), **(env or {})}, check=False)
+        left = sorted(p.name for p in tmp.iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     took = time.monotonic() - start
     assert took < limit_s, f"the grade took {took:.0f} s (limit {limit_s:g} s)"
     lines = proc.stderr.strip().splitlines()
@@ -90,7 +98,7 @@ def _grade(path: Path, *args: str, limit_s: float, env=None) -> tuple[subprocess
     assert _planted() == [], "the attack left files behind"
     assert sandbox_processes() == [], "processes of the sandbox outlived the grade"
     assert _of_nobody() == [], "processes of the sandbox's user outlived the grade"
-    assert not list(Path("/tmp").glob("pipeline-kit-grade-*")), "the grade's folder was left behind"
+    assert left == [], f"the grade left {left} behind"
     if proc.returncode != 0:
         assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.returncode, proc.stderr)
         return proc, None

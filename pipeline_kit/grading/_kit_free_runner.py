@@ -2,9 +2,9 @@
 
 Run as ``python -I -S RUNNER REQUEST.json IN_FD OUT_FD`` inside a sandbox whose file system holds no kit and no
 site-packages (:mod:`pipeline_kit.grading.kitfree`).  The request names the cells' sources and the function; each
-line on ``IN_FD`` is one call's arguments (JSON), each line on ``OUT_FD`` one result.  The student's code may write
-anything anywhere in here: what comes back is only ever its own function's return values, checked again by the
-grader.
+line on ``IN_FD`` is one call (``{"args": [...]}``, JSON), each line on ``OUT_FD`` one result.  The student's code
+may write anything anywhere in here: what comes back is only ever its own function's return values, checked again
+by the grader.
 """
 
 import json
@@ -64,7 +64,7 @@ def main():
     fn = namespace.get(req["function"])
     send(out, {"defined": callable(fn), "cell_errors": errors})
     for line in requests:
-        args = json.loads(line)
+        args = json.loads(line)["args"]
         try:
             reply = {"value": plain(fn(*args))}
         except BaseException as exc:  # noqa: BLE001 -- the student's exception, described for the grader

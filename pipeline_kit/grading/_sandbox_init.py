@@ -334,7 +334,6 @@ def main() -> None:
         os._exit(3)
     child = os.fork()
     if child:  # outside the pid namespace: what the grader sees as the programs; pass their end on
-        report(status, pid1=child)
         for fd in [status, isolated_r, isolated_w, *(fd for p in inside for fd in p.get("fds", []))]:
             os.close(fd)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

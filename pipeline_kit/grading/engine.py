@@ -88,13 +88,15 @@ class Run:
         self.cells = nb["cells"]
         self.work, self.sources = work, (sources or source_dir())
         self.timeout, self.seed, self.off, self.progress = timeout, seed, off, progress
-        self.total_timeout = total_timeout
         self.deadline = time.monotonic() + total_timeout
+        self.time_up = (f"not run: the grade reached its total time limit of {total_timeout:g} s "
+                        "(--total-timeout)")
         self.mode = self.limits = None
         canon = [(cell_kind(c), nbgrader_meta(c).get("grade_id", ""), c.get("source", "")) for c in canonical["cells"]]
         self.resolver = names.Resolver(canon)
         self.canon_index = {gid: i for i, (kind, gid, _) in enumerate(canon) if kind == "test"}
         self.kinds = [cell_kind(c) for c in self.cells]
+        self.student_cells = [(k, c.get("source", "")) for k, c in zip(self.kinds, self.cells)]  # for kit-free runs
         self.kernel: StudentKernel | None = None
         self.session: remote.GradingSession | None = None
         self.starts = 0
@@ -188,8 +190,7 @@ class Run:
             if self.progress:
                 self.progress(i, len(self.cells))
             if self.out_of_time():
-                self.give_up(i, f"not run: the grade reached its total time limit of {self.total_timeout:g} s "
-                                "(--total-timeout)")
+                self.give_up(i, self.time_up)
                 break
             if self.kernel is None:
                 try:
@@ -197,9 +198,8 @@ class Run:
                 except KernelUnavailable as exc:
                     raise GradeError(f"cannot grade: {exc}") from None
                 if not alive:
-                    self.give_up(i, "not run: the kernel died too many times" if not self.out_of_time() else
-                                 f"not run: the grade reached its total time limit of {self.total_timeout:g} s "
-                                 "(--total-timeout)")
+                    self.give_up(i, self.time_up if self.out_of_time() else
+                                 "not run: the kernel died too many times")
                     break
             if kind == "test":
                 res = self.run_kernel_part(i)
@@ -229,8 +229,7 @@ class Run:
         gid = nbgrader_meta(self.cells[i]).get("grade_id", "")
         origins = self.resolver.origins(self.canon_index.get(gid, -1)) if gid in self.canon_index else {}
         self.session.timeout = self.limit(i)
-        student_cells = [(k, c.get("source", "")) for k, c in zip(self.kinds, self.cells)]
-        self.session.own_code = lambda wanted: names.defining_sources(student_cells, i, wanted)
+        self.session.own_code = lambda wanted: names.defining_sources(self.student_cells, i, wanted)
         try:
             # the cell's own imports first: a later cell still has ``lab04`` when fetching this cell's names fails
             exec(names.top_level_imports(source), self.namespace)  # noqa: S102 -- a canonical test cell's imports

@@ -92,11 +92,35 @@ class JsonLines:
         return None
 
 
+def send_line(fd: int, obj: dict, until: float) -> bool:
+    """Write ``obj`` as one JSON line to a sandboxed program's pipe (opened non-blocking), giving up at ``until``:
+    the one writer of what goes to a relay or a kit-free run.  False when it could not (time, or a closed pipe)."""
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        left = until - time.monotonic()
+        if left <= 0:
+            return False
+        _, ready, _ = select.select([], [fd], [], min(left, 0.5))
+        if ready:
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                return False
+    return True
+
+
+def nonblocking(fd: int) -> int:
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    return fd
+
+
 class StudentKernel:
     """One started kernel (and its relay) in a fresh sandbox; ``off`` says why it is unisolated, if it is."""
 
     def __init__(self, work: Path, solutions: Path, off: str | None = None, tag: str = "0"):
-        self.off, self.box, self.next_id = off, None, 0
+        self.box, self.next_id = None, 0
         host = work / f"kernel-{tag}"
         host.mkdir(mode=0o700)  # fresh: a folder that exists already is an error, never reused
         own = str(host / "own") if off else sandbox.OWN
@@ -119,8 +143,7 @@ class StudentKernel:
             if self.box is None:
                 os.close(to_relay[1])
                 os.close(from_relay[0])
-        self.to_relay, self.lines = to_relay[1], JsonLines(from_relay[0])
-        fcntl.fcntl(self.to_relay, fcntl.F_SETFL, fcntl.fcntl(self.to_relay, fcntl.F_GETFL) | os.O_NONBLOCK)
+        self.to_relay, self.lines = nonblocking(to_relay[1]), JsonLines(from_relay[0])
         started = time.monotonic()
         self._send(info, started + START_TIMEOUT)  # the relay's first line: the kernel's connection information
         ready = self.lines.get(started + START_TIMEOUT)
@@ -167,20 +190,7 @@ class StudentKernel:
         return "the kernel died while running this cell (os._exit, a crash, or out of memory)"
 
     def _send(self, obj: dict, until: float) -> bool:
-        data = (json.dumps(obj) + "\n").encode()
-        while data:
-            left = until - time.monotonic()
-            if left <= 0:
-                return False
-            _, ready, _ = select.select([], [self.to_relay], [], min(left, 0.5))
-            if ready:
-                try:
-                    data = data[os.write(self.to_relay, data):]
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return False
-        return True
+        return send_line(self.to_relay, obj, until)
 
     def _execute(self, code: str, timeout: float, user_expressions=None):
         """(the relay's reply, or None if the kernel died; whether it had to be interrupted)."""
@@ -229,17 +239,16 @@ def decode_reply(reply: dict) -> dict:
     """A data request's answer: the user expression's text must be the repr of base64 text of at most
     :data:`wire.MAX_BYTES` of JSON holding an object -- checked in that order, before anything is parsed."""
     text = reply.get("text")
-    if isinstance(reply.get("text_chars"), int):
-        return {"error": f"the kernel's answer takes {reply['text_chars']:,} characters, over the limit of a reply "
+    chars = reply["text_chars"] if isinstance(reply.get("text_chars"), int) else \
+        len(text) if isinstance(text, str) else 0  # text_chars: the relay's count of a text too long to pass on
+    if chars > wire.MAX_BYTES * 4 // 3 + 8:
+        return {"error": f"the kernel's answer takes {chars:,} characters, over the limit of a reply "
                          f"({wire.MAX_BYTES:,} bytes of data)"}
     if not isinstance(text, str):
         why = f"{reply.get('ename')}: {reply.get('evalue')}" if reply.get("status") == "error" else \
             str(reply.get("evalue_r", "no value"))[:200]
         return {"error": f"the kernel gave no readable answer ({why}; did the notebook change how the kernel runs "
                          "code?)"}
-    if len(text) > wire.MAX_BYTES * 4 // 3 + 8:
-        return {"error": f"the kernel's answer takes {len(text):,} characters, over the limit of a reply "
-                         f"({wire.MAX_BYTES:,} bytes of data)"}
     if not BASE64.fullmatch(text):
         return {"error": "the kernel's answer is not in the form the grader reads (did the notebook change how the "
                          "kernel runs code?)"}

@@ -20,14 +20,13 @@ import inspect
 import json
 import linecache
 import os
-import select
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 from . import names, remote, sandbox
-from .kernel import JsonLines, StudentTimeout
+from .kernel import JsonLines, StudentTimeout, nonblocking, send_line
 
 RUNNER = Path(__file__).with_name("_kit_free_runner.py")
 MAX_LINE = 8 * 2**20  # bytes of one result line
@@ -132,11 +131,12 @@ class KitFree:
         finally:
             os.close(to_runner[0])
             os.close(from_runner[1])
-        self.to_runner, self.lines = to_runner[1], JsonLines(from_runner[0], MAX_LINE)
-        head = self.lines.get(time.monotonic() + min(self._timeout(), START_TIMEOUT))
+        self.to_runner, self.lines = nonblocking(to_runner[1]), JsonLines(from_runner[0], MAX_LINE)
+        wait = min(self._timeout(), START_TIMEOUT)
+        head = self.lines.get(time.monotonic() + wait)
         if not isinstance(head, dict):
             self.close()
-            raise self._timed_out(min(self._timeout(), START_TIMEOUT)) if head is ... else RuntimeError(
+            raise self._timed_out(wait) if head is ... else RuntimeError(
                 f"{self.name}: the kit-free run of your answer cells ended before it answered")
         return head
 
@@ -151,15 +151,11 @@ class KitFree:
             errors = "; ".join(str(e) for e in self.head.get("cell_errors", []))[:600]
             raise NameError(f"{self.name} is not defined when its answer cell runs without the kit"
                             + (f" ({errors})" if errors else "") + f" -- {WHY}")
-        data = (json.dumps(list(args)) + "\n").encode()
         limit = self._timeout()
         until = time.monotonic() + limit
-        while data:
-            _, ready, _ = select.select([], [self.to_runner], [], max(0.0, until - time.monotonic()))
-            if not ready:
-                self.close()
-                raise self._timed_out(limit)
-            data = data[os.write(self.to_runner, data):]
+        if not send_line(self.to_runner, {"args": list(args)}, until):
+            self.close()
+            raise self._timed_out(limit)
         reply = self.lines.get(until)
         if reply is ...:
             self.close()

@@ -160,8 +160,9 @@ class Resolver:
 
 
 def defining_sources(cells: list[tuple[str, str]], upto: int, wanted) -> list[str]:
-    """The sources of the student's cells (``answer`` or ``extra``, given as ``(kind, source)``) above ``upto``
-    that last define each name in ``wanted``, in notebook order (what a kit-free run executes)."""
+    """The sources of the student's cells (``answer`` or ``extra``; cells given as ``(kind, source)``) above
+    ``upto`` that last define each name in ``wanted``, in notebook order (what a kit-free run executes).  A name a
+    given cell defines last is the lab's, not the student's: no cell is run for it."""
     picked: set[int] = set()
     for name in wanted:
         for i in range(upto - 1, -1, -1):

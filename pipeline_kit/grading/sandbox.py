@@ -170,9 +170,7 @@ class Box:
 
     proc: subprocess.Popen
     mode: str                   # "root", "user namespace" or "off"
-    own: str                    # the program's folder as the programs see it
     cgroup: cgroups.Cgroup | None
-    pid1: int | None = None
     outside: list[int] = field(default_factory=list)  # the relay: outside the pid namespace, ended here too
     stopped: bool = False
     memory_death: bool = False
@@ -307,12 +305,12 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
             group.remove()
         raise SandboxUnavailable(f"the sandbox's launcher did not start ({exc})") from None
     os.close(status_w)
-    box = Box(proc, "off" if off else "?", own, group)
+    box = Box(proc, "off" if off else "?", group)
     try:
         proc.stdin.write(json.dumps(cfg).encode())
         proc.stdin.close()
         proc.stdin = None
-        lines = _read_report(status_r, proc)
+        lines = _read_report(status_r)
     except BaseException:
         box.stop()
         raise
@@ -323,7 +321,6 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
 
 def _started(box: Box, lines: list[dict]) -> Box:
     ok = next((line for line in lines if "ok" in line), None)
-    box.pid1 = next((line["pid1"] for line in lines if isinstance(line.get("pid1"), int)), None)
     box.outside = [p for line in lines if isinstance(line.get("outside"), list) for p in line["outside"]
                    if isinstance(p, int)]
     if ok is None or ok.get("ok") is not True:
@@ -340,7 +337,7 @@ def _started(box: Box, lines: list[dict]) -> Box:
     return box
 
 
-def _read_report(fd: int, proc: subprocess.Popen) -> list[dict]:
+def _read_report(fd: int) -> list[dict]:
     """The launcher's JSON lines, read until it closes the pipe (its report is complete then)."""
     data = b""
     deadline = time.monotonic() + START_TIMEOUT

@@ -65,9 +65,7 @@ def encode(value, refs=None, depth: int = 0):
         return str.__str__(value)
     if isinstance(value, Fraction):
         pair = [int(Fraction.numerator.fget(value)), int(Fraction.denominator.fget(value))]
-        if max(abs(pair[0]), pair[1]).bit_length() > MAX_FRACTION_BITS:
-            raise WireError(f"a Fraction of more than {MAX_FRACTION_BITS} bits (MAX_FRACTION_BITS)")
-        return {TAG: "fraction", "v": pair}
+        return {TAG: "fraction", "v": _small(*pair)}
     module = t.__module__ or ""
     if module.startswith("pipeline_kit."):
         return _encode_kit(value, t, refs, sub)
@@ -91,6 +89,14 @@ def encode(value, refs=None, depth: int = 0):
     if isinstance(value, range):
         return [encode(v, refs, sub) for v in range(value.start, value.stop, value.step)]
     raise Unsendable(t.__name__)
+
+
+def _small(*numbers: int, what: str = "a Fraction") -> list[int]:
+    """``numbers`` (a Fraction's numerator and denominator, or a cost), refused past ``MAX_FRACTION_BITS``: the
+    one size rule for both sides of the wire."""
+    if max(abs(n) for n in numbers).bit_length() > MAX_FRACTION_BITS:
+        raise WireError(f"{what} of more than {MAX_FRACTION_BITS} bits (MAX_FRACTION_BITS)")
+    return list(numbers)
 
 
 def _encode_kit(value, t, refs, depth):
@@ -212,9 +218,7 @@ def _decode_tagged(kind, v, resolve, depth):  # noqa: C901 -- one branch per kin
         return float(v)
     if kind == "fraction":
         _need(isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v) and v[1] != 0, kind)
-        if max(abs(v[0]), abs(v[1])).bit_length() > MAX_FRACTION_BITS:
-            raise WireError(f"a Fraction of more than {MAX_FRACTION_BITS} bits (MAX_FRACTION_BITS)")
-        return Fraction(v[0], v[1])
+        return Fraction(*_small(*v))
     if kind in ("tuple", "set", "frozenset"):
         _need(isinstance(v, list), kind)
         items = [decode(x, resolve, depth) for x in v]
@@ -301,8 +305,8 @@ def _decode_simresult(v, resolve, depth):
         for x in values:
             if isinstance(x, Fraction):
                 denominator = math.lcm(denominator, x.denominator)
-            if isinstance(x, int) and not isinstance(x, bool) and x.bit_length() > MAX_FRACTION_BITS:
-                raise WireError(f"a SimResult cost of more than {MAX_FRACTION_BITS} bits (MAX_FRACTION_BITS)")
+            if isinstance(x, int) and not isinstance(x, bool):
+                _small(x, what="a SimResult cost")
             if denominator > MAX_COST_DENOMINATOR:
                 raise WireError("a SimResult whose Fraction costs have a common denominator over "
                                 f"{MAX_COST_DENOMINATOR:,} (MAX_COST_DENOMINATOR)")
