@@ -10,6 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
+from .inputs import excerpt
 from .limits import LIMITS, MAX_NUMBER, MAX_RANKS
 
 EXIT_INVALID = 1  # the input was read but is not a valid schedule
@@ -46,11 +47,16 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
 
+    def _check_value(self, action, value):  # argparse's own would quote a 100 kB argument whole
+        if action.choices is not None and value not in action.choices:
+            raise argparse.ArgumentError(action, f"invalid choice: {shown(value)} (choose from "
+                                                 f"{', '.join(map(repr, action.choices))})")
+
 
 def shown(text: str, width: int = 40) -> str:
-    """``repr(text)``, cut to ``width`` characters so that an error stays one readable line."""
-    r = repr(text)
-    return r if len(r) <= width else r[:width - 4] + "...'"
+    """``text`` as an argument's error quotes it: :func:`pipeline_kit.inputs.excerpt` (the one quoting rule), at
+    most ``width`` characters of it."""
+    return excerpt(text, limit=width)
 
 
 def positive_int(text: str) -> int:
@@ -84,7 +90,7 @@ def _number(text: str, what: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {shown(text)}") from None
     if not math.isfinite(value) or abs(value) > MAX_NUMBER:
-        raise argparse.ArgumentTypeError(f"expected {what} of at most {MAX_NUMBER:g} (MAX_NUMBER), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what} of at most {MAX_NUMBER:g} (MAX_NUMBER), got {shown(text)}")
     return value
 
 
@@ -92,9 +98,9 @@ def non_negative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {shown(text)}") from None
     if value < 0 or value >= 2**63:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**63, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**63, got {shown(text)}")
     return value
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+import stat
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .limits import MAX_FILE_BYTES, MAX_JSON_DEPTH, LimitError, check_at_most, check_number
@@ -35,31 +37,70 @@ def check_text_size(text: str, what: str) -> str:
 
 
 def read_text(path: str, what: str) -> str:
-    """The UTF-8 text of ``path`` (a byte-order mark is allowed), or one line saying why not.
+    """The UTF-8 text of ``path`` (``-``: standard input; a byte-order mark is allowed), or one line saying why not.
 
-    Refused: a missing or unreadable file, a directory, more than ``MAX_FILE_BYTES`` bytes (read
-    at most one byte past the limit, so a FIFO or ``/dev/zero`` cannot exhaust memory), NUL
-    bytes (a binary file) and anything that is not valid UTF-8 (the message gives line and byte).
+    What the path names is checked before it is opened: a regular file (or ``-``) only -- a FIFO, a device, a
+    socket or a folder is refused without opening it, so nothing blocks and ``/dev/zero`` is not read -- of at
+    most ``MAX_FILE_BYTES`` bytes (its size, and again the bytes read: at most one past the limit).  Refused
+    too: NUL bytes (a binary file) and anything that is not valid UTF-8 (the message gives line and byte).
     """
-    _check_path_text(path, what)
-    try:
-        if os.path.isdir(path):
-            raise InputError(f"{what} {path!r} is a directory, not a file")
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise LimitError(f"{what} {path!r} is larger than the limit of {MAX_FILE_BYTES:,} bytes (MAX_FILE_BYTES)")
+    if path == "-":
+        data = _read_bounded(sys.stdin.buffer, f"{what} (standard input)")
+    else:
+        _check_path_text(path, what)
+        _check_regular_input(path, what)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        except OSError as exc:
+            raise InputError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the check: still never read
+                raise InputError(f"{what} {path!r} is not a regular file")
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = _read_bounded(fh, f"{what} {path!r}")
+        except OSError as exc:
+            raise InputError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+    where = f"{what} {path!r}" if path != "-" else f"{what} (standard input)"
     nul = data.find(b"\0")
     if nul >= 0:
-        raise InputError(f"{what} {path!r} is a binary file (byte {nul} is NUL), not text")
+        raise InputError(f"{where} is a binary file (byte {nul} is NUL), not text")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{what} {path!r} is not UTF-8 text: byte {exc.start} (line {line}) is "
+        raise InputError(f"{where} is not UTF-8 text: byte {exc.start} (line {line}) is "
                          f"0x{data[exc.start]:02x}") from None
+
+
+def _read_bounded(fh, where: str) -> bytes:
+    data = fh.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise LimitError(f"{where} is larger than the limit of {MAX_FILE_BYTES:,} bytes (MAX_FILE_BYTES)")
+    return data
+
+
+def _kind(mode: int) -> str:
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "not a regular file")
+
+
+def _check_regular_input(path: str, what: str) -> None:
+    """The one input rule: ``path`` (links followed) is a regular file of at most ``MAX_FILE_BYTES`` bytes."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{what} {path!r} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{what} {path!r} is {_kind(st.st_mode)}, not a regular file; give a file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise LimitError(f"{what} {path!r} is larger than the limit of {MAX_FILE_BYTES:,} bytes (MAX_FILE_BYTES): "
+                         f"it has {st.st_size:,}")
 
 
 def _check_path_text(path: str, what: str) -> None:
@@ -67,20 +108,77 @@ def _check_path_text(path: str, what: str) -> None:
         raise InputError(f"{what}: {path!r} is not a file name")
 
 
-def check_output_path(path: str, what: str) -> str:
-    """Refuse, before any work, an output path that cannot be written: its folder is missing or not
-    writable, or the path is a folder.  (Nothing is created: the check leaves no file behind.)"""
+SOLUTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "solutions")
+
+
+def check_output_path(path: str, what: str, inputs: Iterable[str] = ()) -> str:
+    """The one output rule, applied before any work: refuse a path that cannot be written (its folder is missing
+    or not writable, or it is a folder), one that would destroy what the user has -- one of the command's
+    ``inputs``, a FIFO, device or socket, anything inside the kit's ``solutions/`` -- and nothing else.  A
+    regular file there is replaced only whole (:func:`pipeline_kit.interrupts.atomic_output`); a link is
+    followed, so the file it names is the one replaced.  Nothing is created: the check leaves no file behind."""
     _check_path_text(path, what)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise InputError(f"{what}: {path!r} is a folder; give a file name")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise InputError(f"{what}: cannot write {path!r}: {exc.strerror or exc}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{what}: {path!r} is {_kind(st.st_mode)}; an output is written only to a regular file "
+                         "(give another name)")
+    for source in inputs:
+        if source and source != "-" and same_file(path, source):
+            raise InputError(f"{what}: {path!r} is also an input of this command ({source!r}); writing it would "
+                             "replace what it reads: give another name")
+    if inside(path, SOLUTIONS):
+        raise InputError(f"{what}: {path!r} is inside the kit's solutions/ (the one source of every lab); write "
+                         "somewhere else")
     if not os.path.isdir(folder):
         raise InputError(f"{what}: cannot write {path!r}: the folder {folder!r} does not exist")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
+    if st is not None and not os.access(path, os.W_OK):
         raise InputError(f"{what}: cannot write {path!r}: permission denied")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{what}: cannot write {path!r}: the folder {folder!r} is not writable")
     return path
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same inode, or (for a path not there yet) the same real path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` (links resolved) is ``folder`` or lies below it."""
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def excerpt(text: str, at: int | None = None, limit: int = 100) -> str:
+    """The one quoting rule of messages: ``repr`` of at most ``limit`` characters of ``text`` (from position
+    ``at``, or its start), and, where it was cut, where the quote starts and how long the whole is -- so a 5 MB
+    token gives a short line, never a 5 MB one."""
+    text = str(text)
+    start = 0 if at is None else max(0, min(at, len(text)))
+    piece = text[start:start + limit]
+    if len(text) <= limit and start == 0:
+        return repr(text)
+    where = f"at character {start:,} of {len(text):,}" if start else f"{len(text):,} characters"
+    return f"{piece!r}... ({where})" if start + limit < len(text) else f"{piece!r} ({where})"
+
+
+def listed(items, limit: int = 10, show=str) -> str:
+    """The first ``limit`` of ``items`` as a message lists them, ``"1, 2, 3 and 1,020 more"``: a list of a
+    thousand missing ranks is a short line too."""
+    items = list(items)
+    more = f" and {len(items) - limit:,} more" if len(items) > limit else ""
+    return ", ".join(show(x) for x in items[:limit]) + more
 
 
 # -- JSON ---------------------------------------------------------------------------------------
@@ -95,12 +193,24 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _no_duplicate_keys(pairs: list) -> dict:
+    """An object whose keys are all different: JSON readers disagree on which of two equal keys wins (Python's
+    takes the last), so a file that says ``"pp"`` twice is refused instead of read one way here."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise InputError(f"the key {excerpt(twice)} appears twice in one object (duplicate keys are refused)")
+    return value
+
+
 def parse_json(text: str, what: str):
     """Parse JSON text: ``NaN``/``Infinity`` and numbers that overflow are refused, and so is nesting
     deeper than ``MAX_JSON_DEPTH`` (the parser's own recursion guard stops far deeper input first)."""
     check_text_size(text, what)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                           object_pairs_hook=_no_duplicate_keys)
     except InputError as exc:
         raise InputError(f"{what}: {exc}") from None
     except RecursionError:
@@ -160,6 +270,10 @@ def describe(value) -> str:
         return "an object"
     if isinstance(value, list):
         return f"an array of {len(value)}"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length():,} bits"  # (json.dumps refuses 4,300 digits and more)
+    if not isinstance(value, (str, int, float, bool)) and value is not None:
+        return f"a {type(value).__name__}"  # not JSON at all (a value given through the Python API)
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -233,6 +347,7 @@ def check_object(data, table: dict[str, Field], where: str, ignore_unknown: bool
         raise InputError(f"{where}: missing field(s) {', '.join(missing)}; the fields are {', '.join(table)}")
     unknown = [name for name in data if name not in table]
     if unknown and not ignore_unknown:
-        raise InputError(f"{where}: unknown field(s) {unknown}; the fields are {', '.join(table)}")
+        raise InputError(f"{where}: unknown field(s) {listed(unknown, 5, excerpt)}; the fields are "
+                         f"{', '.join(table)}")
     return {name: f.check(data[name], f"{where}: field {name!r}") if name in data else f.default
             for name, f in table.items()}

@@ -18,6 +18,7 @@ interrupted command never leaves a half-written ``--json``, ``--trace`` or image
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -83,6 +84,63 @@ def interrupts_end_in_one_line(prog: str) -> Iterator[Outcome]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+class OutputStreamError(OSError):
+    """Standard output could not be written (a full disk, an I/O error); ``str(err)`` is the one line to print."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class _GuardedStream:
+    """``sys.stdout`` for a command: a write or flush that fails says so as :class:`OutputStreamError`, naming
+    the stream, instead of the bare ``OSError`` a ``print`` would raise from anywhere."""
+
+    def __init__(self, stream, name: str):
+        self._stream, self._name = stream, name
+
+    def _guard(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:  # the reader went away (``| head``): not an error of the command's
+            raise
+        except OSError as exc:
+            raise OutputStreamError(exc.errno, f"cannot write to {self._name}: {exc.strerror or exc}") from None
+
+    def write(self, text):
+        return self._guard(self._stream.write, text)
+
+    def flush(self):
+        return self._guard(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def standard_output_guarded() -> Iterator[None]:
+    """Run the block with ``sys.stdout`` guarded; the caller flushes inside it.  A closed pipe or a failed write
+    then leaves standard output pointing at ``/dev/null``, so the interpreter's own flush at exit cannot print
+    "Exception ignored ..." after the command's one line."""
+    real = sys.stdout
+    sys.stdout = _GuardedStream(real, "standard output")
+    try:
+        yield
+    except OSError:
+        _silence(real)
+        raise
+    finally:
+        sys.stdout = real
+
+
+def _silence(stream) -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def exit_on_signals_from_a_watcher(say: Callable[[int], None]) -> None:
     """Block SIGINT and SIGTERM in this thread and every thread started after it; a watcher thread
     takes them, removes :data:`TEMPORARY_FILES`, calls ``say(signum)`` and ends the process with
@@ -112,8 +170,14 @@ def atomic_output(path: str) -> Iterator[str]:
     """A temporary path in ``path``'s folder, with its suffix (so writers that go by the extension still
     work), renamed to ``path`` when the block ends without an error, removed otherwise -- and removed on
     Ctrl-C or SIGTERM too (it is in :data:`TEMPORARY_FILES` meanwhile): readers see the old file or the
-    whole new one, never half of it."""
-    folder = os.path.dirname(os.path.abspath(path))
+    whole new one, never half of it.  A link is followed (the file it names is replaced, the link stays); a
+    FIFO, device or socket is never replaced (:func:`pipeline_kit.inputs.check_output_path` refused it before
+    any work; this is the same rule at the moment of writing)."""
+    path = os.path.realpath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise IsADirectoryError(errno.EISDIR if os.path.isdir(path) else errno.EEXIST,
+                                "not a regular file: an output replaces only a regular file", path)
+    folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".pipeline-kit-", suffix=os.path.splitext(path)[1] or ".tmp", dir=folder)
     os.close(fd)
     TEMPORARY_FILES.add(tmp)

@@ -232,4 +232,4 @@ def test_config_file(tmp_path):
     path.write_text(json.dumps({"vocab": 1000, "hidden": 32, "heads": 2, "layers": 4, "seq_len": 16}))
     assert "layout Et|t|t|tL" in run_cli("layout", "--pp", "4", "--config", str(path)).stdout
     path.write_text(json.dumps({"vocab": 1000, "hiden": 32}))
-    assert "unknown field(s) ['hiden']" in run_cli("layout", "--pp", "4", "--config", str(path)).stderr
+    assert "unknown field(s) 'hiden';" in run_cli("layout", "--pp", "4", "--config", str(path)).stderr

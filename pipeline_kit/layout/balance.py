@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..arguments import Arguments, shown
+from ..limits import MAX_LAYERS, MAX_NUMBER
 from ..schedules import build_schedule
 from ..sim import simulate
-from .costs import ModelSpec, layer_flops_per_token, loss_flops_per_token
+from .costs import ModelSpec, _layout, _model, layer_flops_per_token, loss_flops_per_token
 from .spec import Layout, LayoutError, StageSpec
 
 
@@ -24,9 +26,26 @@ class ItemTimes:
     fwd: tuple[float, ...]
     bwd: tuple[float, ...]
 
+    def __post_init__(self) -> None:
+        arg = Arguments("ItemTimes", LayoutError)
+        fwd = arg.numbers("fwd", self.fwd, most=MAX_LAYERS + 2)
+        if len(fwd) < 2:
+            arg.refuse("fwd", "a list of the embedding's, each layer's and the loss's times (2 at least)", self.fwd)
+        bwd = arg.numbers("bwd", self.bwd, length=len(fwd), per="one per item of fwd")
+        object.__setattr__(self, "fwd", tuple(fwd))
+        object.__setattr__(self, "bwd", tuple(bwd))
+
     @classmethod
     def uniform(cls, layers: int, layer_fwd: float = 1.0, embedding_fwd: float = 0.0, loss_fwd: float = 0.0,
                 bwd_ratio: float = 2.0) -> ItemTimes:
+        """``layers`` layers of one time each between the embedding and the loss; backward ``bwd_ratio`` x forward."""
+        arg = Arguments("ItemTimes.uniform", LayoutError)
+        arg.integer("layers", layers, 0, limit="MAX_LAYERS")
+        for name, value in (("layer_fwd", layer_fwd), ("embedding_fwd", embedding_fwd), ("loss_fwd", loss_fwd),
+                            ("bwd_ratio", bwd_ratio)):
+            arg.number(name, value)
+        _fits(arg, "bwd_ratio (times layer_fwd, embedding_fwd or loss_fwd)",
+              bwd_ratio * max(layer_fwd, embedding_fwd, loss_fwd))
         fwd = (embedding_fwd, *([layer_fwd] * layers), loss_fwd)
         return cls(fwd, tuple(bwd_ratio * f for f in fwd))
 
@@ -36,15 +55,28 @@ class ItemTimes:
 
     def scaled(self, factor: float) -> ItemTimes:
         """The same times in another unit (``scaled(1e3)``: seconds to milliseconds)."""
+        arg = Arguments("ItemTimes.scaled", LayoutError)
+        _fits(arg, "factor", arg.number("factor", factor) * max(self.fwd + self.bwd))
         return ItemTimes(tuple(f * factor for f in self.fwd), tuple(b * factor for b in self.bwd))
+
+
+def _fits(arg: Arguments, name: str, longest: float) -> None:
+    """Refuse, naming ``name``, item times that would pass ``MAX_NUMBER`` (``longest`` is the longest)."""
+    if longest > MAX_NUMBER:
+        arg.fail(f"argument {name}: it makes an item take {shown(longest)}, more than the limit of {MAX_NUMBER:g} "
+                 "(MAX_NUMBER)")
 
 
 def item_times_from_flops(spec: ModelSpec, tflops: float) -> ItemTimes:
     """Forward/backward seconds per microbatch of each item from its FLOPs at ``tflops`` achieved."""
+    _model("item_times_from_flops", spec)
+    arg = Arguments("item_times_from_flops", LayoutError)
+    arg.number("tflops", tflops, positive=True)
     tokens = spec.seq_len * spec.micro_batch_size
     per = 1.0 / (tflops * 1e12)
     layer = tokens * layer_flops_per_token(spec) * per
     loss = tokens * loss_flops_per_token(spec) * per
+    _fits(arg, "tflops", 2 * max(layer, loss))  # a backward takes twice the forward
     return ItemTimes.uniform(spec.layers, layer_fwd=layer, embedding_fwd=0.0, loss_fwd=loss)
 
 
@@ -80,9 +112,11 @@ def layout_from_cuts(cuts: list[int], layers: int) -> Layout:
 
 def plan_for(layout: Layout, items: ItemTimes, pp: int, microbatches: int, p2p_latency: float = 0.0) -> Plan:
     """Simulate ``layout`` with ``items``' times: 1F1B for one chunk per rank, interleaved for more."""
+    _layout("plan_for", layout)
+    arg = _run_args("plan_for", items, pp, microbatches, p2p_latency)
     if layout.num_layers != items.layers:
         raise LayoutError(f"the layout has {layout.num_layers} layers but the item times cover {items.layers}")
-    layout.check(pp)
+    layout._check(arg, pp, None)
     fwd, bwd = [], []
     for st in layout.stages:
         idx = ([0] if st.embedding else []) + [i + 1 for i in st.layers] + ([items.layers + 1] if st.loss else [])
@@ -94,12 +128,26 @@ def plan_for(layout: Layout, items: ItemTimes, pp: int, microbatches: int, p2p_l
     return Plan(layout, fwd, bwd, res.makespan, res.bubble_fraction)
 
 
+def _run_args(func: str, items, pp, microbatches, p2p_latency) -> Arguments:
+    """What :func:`plan_for` and :func:`balance` simulate with: item times, ranks, microbatches, latency."""
+    arg = Arguments(func, LayoutError)
+    arg.instance("items", items, ItemTimes, "an ItemTimes (ItemTimes.uniform, item_times_from_flops)")
+    arg.integer("pp", pp, limit="MAX_RANKS")
+    arg.integer("microbatches", microbatches, limit="MAX_MICROBATCHES", none=func == "balance")
+    arg.number("p2p_latency", p2p_latency)
+    return arg
+
+
 def best_cuts(costs: list[float], parts: int) -> list[int]:
     """Cut ``costs`` into ``parts`` contiguous non-empty pieces minimising the largest piece sum (exact DP;
     ties broken towards the smoothest cut)."""
+    arg = Arguments("best_cuts", LayoutError)
+    costs = arg.numbers("costs", costs, most=MAX_LAYERS + 2)  # the items E, t..., L: quadratic in them
+    arg.integer("parts", parts)
     n = len(costs)
     if not 1 <= parts <= n:
-        raise LayoutError(f"cannot cut {n} items (E, {n - 2} layers, L) into {parts} non-empty stages")
+        items = f"{n} items" + (f" (E, {n - 2} layers, L)" if n >= 2 else "")
+        arg.fail(f"arguments costs and parts: cannot cut {items} into {shown(parts)} non-empty stages")
     prefix = [0.0]
     for c in costs:
         prefix.append(prefix[-1] + c)
@@ -158,13 +206,16 @@ class Balance:
         for k, (a, b) in enumerate(zip(self.even.stage_times, self.best.stage_times)):
             lines.append(f"  stage {k:>2}: {a:>10.4g} -> {b:>10.4g}   {self.even.layout.stages[k].text():>8} -> "
                          f"{self.best.layout.stages[k].text()}")
-        gain = self.even.makespan / self.best.makespan
-        lines.append(f"predicted speedup of the step: {gain:.3f}x")
+        gain = f"{self.even.makespan / self.best.makespan:.3f}x" if self.best.makespan else "n/a (every item takes 0)"
+        lines.append(f"predicted speedup of the step: {gain}")
         return "\n".join(lines)
 
 
 def even_split(layers: int, stages: int) -> Layout:
     """The even split, or as even as it gets (earlier stages take the extra layers)."""
+    arg = Arguments("even_split", LayoutError)
+    arg.integer("layers", layers, 0, limit="MAX_LAYERS")
+    arg.integer("stages", stages, high=layers + 2, why=f"layers={layers}, E and L fill at most {layers + 2}")
     base, extra = divmod(layers, stages)
     return Layout.from_counts([base + (1 if k < extra else 0) for k in range(stages)])
 
@@ -172,8 +223,13 @@ def even_split(layers: int, stages: int) -> Layout:
 def balance(items: ItemTimes, pp: int, chunks: int = 1, microbatches: int | None = None,
             p2p_latency: float = 0.0) -> Balance:
     """Find the layout minimising the slowest of the ``pp * chunks`` stages and compare it to the even split."""
+    arg = _run_args("balance", items, pp, microbatches, p2p_latency)
+    arg.integer("chunks", chunks, limit="MAX_CHUNKS")
     stages = pp * chunks
-    microbatches = microbatches or 2 * pp
+    if stages > len(items.fwd):
+        arg.fail(f"pp={pp} x chunks={chunks} = {stages} stages are more than the {len(items.fwd)} items (E, "
+                 f"{items.layers} layers, L) that fill them")
+    microbatches = 2 * pp if microbatches is None else microbatches
     costs = [f + b for f, b in zip(items.fwd, items.bwd)]
     layout = layout_from_cuts(best_cuts(costs, stages), items.layers)
     best = plan_for(layout, items, pp, microbatches, p2p_latency)

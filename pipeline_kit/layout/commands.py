@@ -22,8 +22,10 @@ LAYERS = int_at_most("MAX_LAYERS", "layers")
 
 
 def _config(name: str | None, layers: int | None = None) -> ModelSpec:
+    if name is not None and not name.strip():  # not the default model: an empty value is a mistake
+        raise UsageError(f"argument --config: {name!r} is empty; give a preset ({', '.join(PRESETS)}) or a JSON file")
     try:
-        spec = load_model_spec(name) if name else ModelSpec()
+        spec = load_model_spec(name) if name is not None else ModelSpec()
     except LayoutError as exc:
         raise UsageError(str(exc)) from None
     if name is None and layers is not None:

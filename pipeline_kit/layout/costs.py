@@ -21,11 +21,19 @@ Per item, for hidden ``h``, FFN width ``f h``, sequence ``s``, vocabulary ``V``,
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
-from ..inputs import Field, InputError, boolean, check_object, integer, read_json
+from ..arguments import Arguments
+from ..inputs import Field, InputError, boolean, check_object, excerpt, integer, read_json
 from ..limits import LimitError
 from .spec import Layout, LayoutError, StageSpec
+
+# Every whole-number field of a model: its least value and the limit it stays under (one table for
+# ModelSpec(...) and for a --config file).  No decoder layer at all is a model too, the one of the layout "E|L"
+# (a stage may hold only E or only L); a --config file, a model to train, has one at least.
+MODEL_INTS = {"vocab": (1, "MAX_MODEL_DIM"), "seq_len": (1, "MAX_MODEL_DIM"), "hidden": (1, "MAX_MODEL_DIM"),
+              "heads": (1, "MAX_MODEL_DIM"), "layers": (0, "MAX_LAYERS"), "ffn_mult": (1, "MAX_MODEL_DIM"),
+              "micro_batch_size": (1, "MAX_MODEL_DIM"), "dtype_bytes": (1, "MAX_MODEL_DIM"), "seed": (0, "MAX_SEED")}
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,12 @@ class ModelSpec:
     dtype_bytes: int = 2
     seed: int = 1234
 
+    def __post_init__(self) -> None:
+        arg = Arguments("ModelSpec", LayoutError)
+        for name, (low, limit) in MODEL_INTS.items():
+            arg.integer(name, getattr(self, name), low, limit=limit)
+        arg.boolean("tie_embeddings", self.tie_embeddings)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -62,27 +76,19 @@ PRESETS: dict[str, tuple[ModelSpec, str]] = {
 }
 
 
-# A --config file, one line a field; a field left out keeps ModelSpec's default.
-MODEL_JSON = {
-    "vocab": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.vocab),
-    "seq_len": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.seq_len),
-    "hidden": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.hidden),
-    "heads": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.heads),
-    "layers": Field(integer(1, "MAX_LAYERS"), default=ModelSpec.layers),
-    "ffn_mult": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.ffn_mult),
-    "tie_embeddings": Field(boolean, default=ModelSpec.tie_embeddings),
-    "micro_batch_size": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.micro_batch_size),
-    "dtype_bytes": Field(integer(1, "MAX_MODEL_DIM"), default=ModelSpec.dtype_bytes),
-    "seed": Field(integer(0, "MAX_SEED"), default=ModelSpec.seed),
-}
+# A --config file, one line a field (ModelSpec's, in its order); a field left out keeps ModelSpec's default.
+CONFIG_LOW = {"layers": 1}
+MODEL_JSON = {f.name: Field(integer(CONFIG_LOW.get(f.name, MODEL_INTS[f.name][0]), MODEL_INTS[f.name][1])
+                            if f.name in MODEL_INTS else boolean, default=f.default) for f in fields(ModelSpec)}
 
 
 def load_model_spec(name_or_file: str) -> ModelSpec:
     """A preset name (see :data:`PRESETS`) or a JSON file checked against :data:`MODEL_JSON`."""
+    Arguments("load_model_spec", LayoutError).text("name_or_file", name_or_file)
     if name_or_file in PRESETS:
         return PRESETS[name_or_file][0]
     if not os.path.exists(name_or_file):
-        raise LayoutError(f"--config {name_or_file!r} is neither a preset ({', '.join(PRESETS)}) nor a file")
+        raise LayoutError(f"--config {excerpt(name_or_file)} is neither a preset ({', '.join(PRESETS)}) nor a file")
     try:
         return ModelSpec(**check_object(read_json(name_or_file, "--config"), MODEL_JSON, f"--config {name_or_file}"))
     except (InputError, LimitError) as exc:
@@ -117,8 +123,17 @@ def layer_activation_bytes(m: ModelSpec) -> float:
     return s * b * h * (34 + 5 * a * s / h) * m.dtype_bytes / 2
 
 
+def _model(func: str, m) -> ModelSpec:
+    return Arguments(func, LayoutError).instance("m", m, ModelSpec, "a ModelSpec (or load_model_spec(...))")
+
+
+def _layout(func: str, layout) -> Layout:
+    return Arguments(func, LayoutError).instance("layout", layout, Layout, "a Layout (from parse_layout)")
+
+
 def boundary_bytes(m: ModelSpec) -> int:
     """Bytes of one activation (or its gradient) crossing a stage boundary: ``s * b * h * dtype_bytes``."""
+    _model("boundary_bytes", m)
     return m.seq_len * m.micro_batch_size * m.hidden * m.dtype_bytes
 
 
@@ -140,7 +155,9 @@ class StageCost:
 
 def stage_costs(layout: Layout, m: ModelSpec, pp: int) -> list[StageCost]:
     """Parameters, forward FLOPs per microbatch, activation bytes and boundary bytes of every stage."""
-    layout.check(pp, m.layers)
+    _layout("stage_costs", layout)
+    _model("stage_costs", m)
+    layout._check(Arguments("stage_costs", LayoutError), pp, m.layers)
     tokens = m.seq_len * m.micro_batch_size
     out = []
     for k, st in enumerate(layout.stages):
@@ -160,6 +177,9 @@ def stage_costs(layout: Layout, m: ModelSpec, pp: int) -> list[StageCost]:
 
 def p2p_volume(layout: Layout, m: ModelSpec, microbatches: int) -> dict:
     """Bytes crossing boundaries in one step: per transfer, per direction, and in total (M046)."""
+    _layout("p2p_volume", layout)
+    _model("p2p_volume", m)
+    Arguments("p2p_volume", LayoutError).integer("microbatches", microbatches, limit="MAX_MICROBATCHES")
     boundaries = layout.num_stages - 1
     one = boundary_bytes(m)
     return {"per_transfer": one, "boundaries": boundaries, "per_direction_per_step": one * microbatches * boundaries,
@@ -177,8 +197,11 @@ def format_table(costs: list[StageCost], m: ModelSpec, microbatches: int, layout
     params = [c.params for c in costs]
     flops = [c.fwd_flops for c in costs]
     vol = p2p_volume(layout, m, microbatches)
+    idle = next((c for c in costs if not c.fwd_flops), None)  # a stage of only E: a lookup, no FLOPs
+    flop_ratio = (f"{max(flops) / min(flops):.2f}x" if idle is None else
+                  f"n/a (stage {idle.stage} holds only {idle.spec.text()}, which does no FLOPs)")
     lines.append(f"params max/min = {max(params):,} / {min(params):,} = {max(params) / min(params):.2f}x; "
-                 f"forward FLOPs max/min = {max(flops) / min(flops):.2f}x")
+                 f"forward FLOPs max/min = {flop_ratio}")
     lines.append(f"P2P: {vol['per_transfer']:,} bytes per transfer (s*b*h*{m.dtype_bytes}); with {microbatches} "
                  f"microbatches and {vol['boundaries']} boundaries: {vol['per_direction_per_step'] / 2**20:.2f} MiB "
                  f"per direction per step, {vol['total_per_step'] / 2**20:.2f} MiB in total")

@@ -12,22 +12,37 @@ from __future__ import annotations
 
 import statistics
 
+from ..inputs import listed
+from ..limits import check_at_most, ops_per_microbatch_stage
 from ..schedules import ScheduleConfigError, build_schedule
 from ..sim import simulate
 from ..trace import StageService, TraceError, load_trace, service_times, stage_fwd_bwd
 from .balance import ItemTimes
 from .spec import Layout, LayoutError
 
-__all__ = ["StageService", "TraceError", "format_services", "item_times_from_trace", "load_trace",
+__all__ = ["StageService", "TraceError", "check_rebuild_size", "format_services", "item_times_from_trace", "load_trace",
            "predict_from_trace", "service_times", "simulate_from_trace", "stage_fwd_bwd"]
 
 
-def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0):
-    """Simulate the traced schedule with the trace's own service times and P2P latency (times x ``scale``)."""
-    services = service_times(trace)
-    fwd, bwd, wgrad = ([t * scale for t in xs] for xs in stage_fwd_bwd(services, stat))
+def check_rebuild_size(trace: dict, limit: str = "MAX_OPS") -> None:
+    """Refuse, before anything is built, a trace whose *claimed* schedule (its ``pp``, ``chunks`` and
+    ``microbatches``, not the ops it holds) passes ``limit``: a one-op file that claims pp=1024 and 976
+    microbatches is refused at once instead of simulating (and drawing) two million ops."""
+    name = trace["schedule"].replace("-forward-only", "")
+    ops = trace["pp"] * trace["chunks"] * trace["microbatches"] * ops_per_microbatch_stage(
+        name, name != trace["schedule"])
+    check_at_most(f"the trace's schedule ({trace['schedule']}, pp={trace['pp']}, chunks={trace['chunks']}, "
+                  f"microbatches={trace['microbatches']}) has up to {ops:,} ops, which", ops, limit, "ops")
+
+
+def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0, limit: str = "MAX_OPS"):
+    """Simulate the traced schedule with the trace's own service times and P2P latency (times x ``scale``); its
+    size is checked against ``limit`` first (:func:`check_rebuild_size`)."""
+    check_rebuild_size(trace, limit)
     chunks = trace["chunks"]
     name = trace["schedule"].replace("-forward-only", "")
+    services = service_times(trace)
+    fwd, bwd, wgrad = ([t * scale for t in xs] for xs in stage_fwd_bwd(services, stat))
     try:
         sched = build_schedule(name, trace["pp"], trace["microbatches"], chunks if chunks > 1 else None)
     except ScheduleConfigError as exc:
@@ -60,6 +75,11 @@ def item_times_from_trace(services: list[StageService], layout: Layout) -> ItemT
     """
     if len(services) != layout.num_stages:
         raise LayoutError(f"the trace has {len(services)} stages but the layout {layout} has {layout.num_stages}")
+    empty = [s.stage for s in services if not s.samples]
+    if empty:  # a partial trace: a "balanced" layout from it would rest on stages it never measured
+        held = sum(len(x) for s in services for x in s.samples.values())
+        raise LayoutError(f"the trace holds {held:,} op(s), none of them on stage(s) {listed(empty)}: every stage "
+                          "needs measured ops to balance (trace a whole step)")
     fwd, bwd, _ = stage_fwd_bwd(services)
     plain = [k for k, st in enumerate(layout.stages) if not st.embedding and not st.loss and len(st.layers)]
     pool = plain or [k for k, st in enumerate(layout.stages) if len(st.layers)]

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..limits import MAX_LAYERS, MAX_LAYOUT_NESTING, MAX_LAYOUT_SYMBOLS, MAX_REPEAT
-from ..schedules.ops import stage_owner
+from ..arguments import Arguments, shown
+from ..inputs import InputError, check_text_size, excerpt
+from ..limits import MAX_LAYERS, MAX_LAYOUT_NESTING, MAX_LAYOUT_SYMBOLS, MAX_REPEAT, LimitError
+from ..schedules.ops import _stage_owner
 
 SYMBOLS = {"E": "embedding", "t": "decoder layer", "L": "loss / output layer"}
 
@@ -32,6 +34,14 @@ class StageSpec:
     layers: range
     loss: bool
 
+    def __post_init__(self) -> None:
+        arg = Arguments("StageSpec", LayoutError)
+        arg.boolean("embedding", self.embedding)
+        if not isinstance(self.layers, range) or self.layers.step != 1 or self.layers.start < 0:
+            arg.refuse("layers", "a range of decoder layers, e.g. range(0, 4)", self.layers, wrong=True)
+        arg.integer("layers", max(0, self.layers.stop - self.layers.start), 0, limit="MAX_LAYERS")
+        arg.boolean("loss", self.loss)
+
     def text(self) -> str:
         n = len(self.layers)
         body = "" if n == 0 else ("t" if n == 1 else f"t*{n}")
@@ -40,11 +50,30 @@ class StageSpec:
 
 @dataclass(frozen=True)
 class Layout:
+    """The stages of a layout, first to last (:func:`parse_layout` reads one from its string)."""
+
     stages: tuple[StageSpec, ...]
+
+    def __post_init__(self) -> None:
+        stages = self.stages
+        if not isinstance(stages, (tuple, list)) or not stages or not all(isinstance(st, StageSpec) for st in stages):
+            Arguments("Layout", LayoutError).refuse("stages", "a non-empty tuple of StageSpec", stages, wrong=True)
+        object.__setattr__(self, "stages", tuple(stages))
 
     @classmethod
     def from_counts(cls, counts) -> Layout:
         """Stage ``k`` holds the next ``counts[k]`` decoder layers; the first stage holds E, the last L."""
+        arg = Arguments("Layout.from_counts", LayoutError)
+        if not isinstance(counts, (list, tuple)) or not counts:
+            arg.refuse("counts", "a non-empty list of layer counts", counts, wrong=True)
+        if len(counts) > MAX_LAYERS + 2:
+            arg.fail(f"argument counts: {len(counts):,} stages are more than the {MAX_LAYERS + 2:,} that MAX_LAYERS "
+                     "decoder layers, E and L fill")
+        for k, n in enumerate(counts):
+            arg.integer(f"counts[{k}]", n, 0, limit="MAX_LAYERS")
+        if sum(counts) > MAX_LAYERS:
+            arg.fail(f"argument counts: {sum(counts):,} decoder layers in all, more than the limit of {MAX_LAYERS:,} "
+                     "(MAX_LAYERS)")
         stages, start = [], 0
         for k, n in enumerate(counts):
             stages.append(StageSpec(k == 0, range(start, start + n), k == len(counts) - 1))
@@ -60,17 +89,26 @@ class Layout:
         return sum(len(s.layers) for s in self.stages)
 
     def chunks(self, pp: int) -> int:
-        return self.num_stages // pp
+        """Model chunks per rank on ``pp`` ranks (stages / pp: :meth:`check` says whether pp divides them)."""
+        return self.num_stages // Arguments("Layout.chunks", LayoutError).integer("pp", pp, limit="MAX_RANKS")
 
     def owner(self, stage: int, pp: int) -> tuple[int, int]:
         """``(rank, chunk)`` of ``stage``: Megatron's looped placement, rank ``stage % pp``, chunk ``stage // pp``."""
-        return stage_owner(stage, pp)
+        arg = Arguments("Layout.owner", LayoutError)
+        arg.integer("stage", stage, 0, self.num_stages - 1)
+        arg.integer("pp", pp, limit="MAX_RANKS")
+        return _stage_owner(stage, pp, "looped")
 
     def __str__(self) -> str:
         return "|".join(s.text() for s in self.stages)
 
     def check(self, pp: int | None = None, layers: int | None = None) -> Layout:
         """Check the layout against a pipeline size and a model's layer count."""
+        return self._check(Arguments("Layout.check", LayoutError), pp, layers)
+
+    def _check(self, arg: Arguments, pp: int | None, layers: int | None) -> Layout:
+        pp = arg.integer("pp", pp, none=True, limit="MAX_RANKS")
+        layers = arg.integer("layers", layers, 0, none=True, limit="MAX_LAYERS")
         if layers is not None and self.num_layers != layers:
             raise LayoutError(f"the layout has {self.num_layers} decoder layers (t) but the model has {layers}")
         if pp is not None and self.num_stages % pp:
@@ -97,7 +135,7 @@ def _expand(text: str) -> list[tuple[str, int]]:
             raise LayoutError(f"position {at}: '*' must be followed by a repeat count, e.g. t*4")
         digits = text[start:pos]
         if len(digits) > len(str(MAX_REPEAT)) or int(digits) > MAX_REPEAT:
-            shown = digits if len(digits) <= 20 else digits[:17] + "..."
+            shown = digits if len(digits) <= 20 else excerpt(digits, limit=20)
             raise LayoutError(f"position {start + 1}: repeat count {shown} is more than the limit of {MAX_REPEAT:,} "
                               f"(MAX_REPEAT)")
         value = int(digits)
@@ -159,7 +197,15 @@ def _expand(text: str) -> list[tuple[str, int]]:
 
 def parse_layout(text: str, pp: int | None = None, layers: int | None = None) -> Layout:
     """Parse and validate a layout string (see the module docstring for the rules)."""
-    if not text or not text.strip():
+    arg = Arguments("parse_layout", LayoutError)
+    arg.text("text", text)
+    try:
+        check_text_size(text, "parse_layout: argument text")
+    except (InputError, LimitError) as exc:
+        raise LayoutError(str(exc)) from None
+    pp = arg.integer("pp", pp, none=True, limit="MAX_RANKS")
+    layers = arg.integer("layers", layers, 0, none=True, limit="MAX_LAYERS")
+    if not text.strip():
         raise LayoutError("the layout is empty; write stages like 'Et*2|t*2|t*2L'")
     symbols = _expand(text)
     stage_items: list[list[tuple[str, int]]] = [[]]
@@ -210,40 +256,52 @@ def parse_layout(text: str, pp: int | None = None, layers: int | None = None) ->
         raise LayoutError("position 1: the layout has no E; the first stage must start with the embedding")
     if seen_l is None:
         raise LayoutError(f"position {len(text)}: the layout has no L; the last stage must end with the loss")
-    return Layout(tuple(stages)).check(pp, layers)
+    return Layout(tuple(stages))._check(arg, pp, layers)
 
 
 def even_layout(layers: int, stages: int) -> Layout:
     """Megatron's default: the same number of decoder layers on every stage (it must divide)."""
-    if layers > MAX_LAYERS:
-        raise LayoutError(f"{layers:,} decoder layers are more than the limit of {MAX_LAYERS:,} (MAX_LAYERS)")
-    if stages < 1 or layers % stages:
-        raise LayoutError(f"an even split needs the layer count ({layers}) to be a multiple of the stage count "
-                          f"({stages})")
+    _split_args("even_layout", layers, stages)
+    if layers % stages:
+        raise LayoutError(f"an even split needs the layer count (layers={layers}) to be a multiple of the stage "
+                          f"count (stages={stages})")
     return uneven_layout(layers, stages)
 
 
 def uneven_layout(layers: int, stages: int, first: int | None = None, last: int | None = None) -> Layout:
     """Megatron's ``--decoder-first/last-pipeline-num-layers``: fix the end stages, split the rest evenly."""
-    if stages < 1:
-        raise LayoutError(f"need at least one stage, got {stages}")
+    arg = _split_args("uneven_layout", layers, stages)
+    arg.integer("first", first, 0, none=True, limit="MAX_LAYERS")
+    arg.integer("last", last, 0, none=True, limit="MAX_LAYERS")
     counts = [None] * stages
     if first is not None:
         counts[0] = first
     if last is not None:
         if stages == 1 and first is not None and first != last:
-            raise LayoutError("with one stage, first and last are the same stage")
+            raise LayoutError(f"with stages=1, first and last are the same stage (got first={first}, last={last})")
         counts[-1] = last
     fixed = sum(c for c in counts if c is not None)
     free = [i for i, c in enumerate(counts) if c is None]
     rest = layers - fixed
     if rest < 0 or (free and rest % len(free)) or (not free and rest):
-        raise LayoutError(f"{layers} layers with first={first} last={last} leave {rest} for {len(free)} middle "
-                          f"stage(s), which must split evenly")
+        raise LayoutError(f"layers={layers} with first={first} last={last} leave {rest} for {len(free)} middle "
+                          f"stage(s) of the stages={stages}, which must split evenly")
     for i in free:
         counts[i] = rest // len(free)
     layout = Layout.from_counts(counts)
     for k, s in enumerate(layout.stages):
         if not (s.embedding or s.loss or len(s.layers)):
-            raise LayoutError(f"stage {k} would be empty")
+            raise LayoutError(f"stage {k} of the stages={stages} would be empty: layers={layers} leave it none")
     return layout
+
+
+def _split_args(func: str, layers: int, stages: int) -> Arguments:
+    """The checks of :func:`even_layout` and :func:`uneven_layout`: whole numbers, and no more stages than the
+    model has items (E, the layers, L) to fill them."""
+    arg = Arguments(func, LayoutError)
+    arg.integer("layers", layers, 0, limit="MAX_LAYERS")
+    arg.integer("stages", stages)
+    if stages > layers + 2:
+        arg.fail(f"{layers} decoder layers, the embedding and the loss fill at most {layers + 2} stages; got "
+                 f"stages={shown(stages)}")
+    return arg

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..arguments import Arguments
 from ..schedules import build_schedule
 from ..sim import simulate
 
@@ -31,11 +32,19 @@ def decompose_speedup(pp: int, microbatches: int, stage_fwd: list[float], stage_
     """Decompose the speedup of a 1F1B pipeline over one device running the same model.
 
     ``stage_fwd`` / ``stage_bwd``: per-stage times of one microbatch (any unit); the single device
-    runs every stage back to back for every microbatch.
+    runs every stage back to back for every microbatch.  A step of no work at all has no speedup to decompose:
+    all-zero stage times are refused, and so is a ``measured`` speedup of 0.
     """
-    if len(stage_fwd) != pp or len(stage_bwd) != pp:
-        raise ValueError(f"need one forward and one backward time per stage ({pp}), got {len(stage_fwd)} and "
-                         f"{len(stage_bwd)}")
+    arg = Arguments("decompose_speedup")
+    arg.integer("pp", pp, limit="MAX_RANKS")
+    arg.integer("microbatches", microbatches, limit="MAX_MICROBATCHES")
+    stage_fwd = arg.numbers("stage_fwd", stage_fwd, length=pp, per=f"one per stage of pp={pp}")
+    stage_bwd = arg.numbers("stage_bwd", stage_bwd, length=pp, per=f"one per stage of pp={pp}")
+    if not any(stage_fwd) and not any(stage_bwd):
+        arg.fail("arguments stage_fwd and stage_bwd: expected some stage time above 0, got only zeros (a step that "
+                 "takes no time has no speedup)")
+    arg.number("p2p_latency", p2p_latency)
+    arg.number("measured", measured, positive=True, none=True)
     sched = build_schedule("1f1b", pp, microbatches)
     single = microbatches * (sum(stage_fwd) + sum(stage_bwd))
     mean_f, mean_b = sum(stage_fwd) / pp, sum(stage_bwd) / pp

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..arguments import Arguments, shown
 from .generators import ScheduleConfigError, gpipe, interleaved, one_f_one_b, zb_h1
 from .multi_stage import MULTI_STAGE, build_multi_stage
-from .ops import Schedule
+from .ops import Schedule, need_schedule
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,18 @@ def build_schedule(
     ``chunks`` (default 2) applies to the families with several chunks per rank; ``group`` only to
     ``interleaved``.  A configuration the family refuses raises :class:`ScheduleConfigError` in one line.
     """
+    arg = Arguments("build_schedule", ScheduleConfigError)
+    arg.text("name", name)
     if name not in SCHEDULES:
-        raise ScheduleConfigError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+        raise ScheduleConfigError(f"unknown schedule {shown(name)}; choose one of {', '.join(SCHEDULES)}")
+    arg.integer("chunks", chunks, None, none=True)  # the type: the family's rules, below, say which values
+    arg.integer("group", group, None, none=True)
     family = FAMILIES[name]
     if group is not None and name != "interleaved":
         raise ScheduleConfigError(f"a microbatch group size only applies to the interleaved schedule, not {name}")
     if family.chunks == "one":
         if chunks not in (None, 1):
-            raise ScheduleConfigError(f"--chunks {chunks} only applies to {', '.join(CHUNKED)}; "
+            raise ScheduleConfigError(f"--chunks {shown(chunks)} only applies to {', '.join(CHUNKED)}; "
                                       f"{name} has one chunk per rank")
         return SCHEDULES[name](pp, microbatches, forward_only=forward_only)
     chunks = family.default_chunks if chunks is None else chunks
@@ -82,6 +87,7 @@ def build_schedule(
 def describe(sched: Schedule) -> str:
     """``pp=4 microbatches=8 chunks=2``, and for a V ``placement=v (c0 = stage r, c1 = stage 7-r)``: how the CLI
     and the runtime name a schedule's size and placement in one line."""
+    need_schedule("describe", sched, "sched")
     text = f"pp={sched.pp} microbatches={sched.microbatches} chunks={sched.chunks}"
     if sched.placement == "v":
         text += f" placement=v (c0 = stage r, c1 = stage {2 * sched.pp - 1}-r)"

@@ -9,6 +9,7 @@ imports torch: generating a 65,536-op schedule must take milliseconds.
 
 from __future__ import annotations
 
+from ..arguments import Arguments, shown
 from ..limits import LimitError, check_schedule_size, ops_per_microbatch_stage
 from .ops import Op, Schedule
 
@@ -18,10 +19,14 @@ class ScheduleConfigError(ValueError):
 
 
 def check_sizes(pp: int, microbatches: int, chunks: int = 1, name: str = "1f1b", forward_only: bool = False) -> None:
-    """Positive integers within :mod:`pipeline_kit.limits`, checked before any op list is built."""
-    for arg, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleConfigError(f"{arg} must be a positive integer, got {value!r}")
+    """Positive integers within :mod:`pipeline_kit.limits` (and ``forward_only`` a bool), checked before any op
+    list is built.  The words are the short ones, ``pp must be a positive integer, got 0``: the book's
+    JavaScript explorer repeats them."""
+    arg = Arguments(None, ScheduleConfigError)
+    for label, value, limit in (("pp", pp, "MAX_RANKS"), ("microbatches", microbatches, "MAX_MICROBATCHES"),
+                                ("chunks", chunks, "MAX_CHUNKS")):
+        arg.integer(label, value, limit=limit)
+    arg.boolean("forward_only", forward_only)
     try:
         check_schedule_size(pp, microbatches, chunks, ops_per_microbatch_stage(name, forward_only))
     except LimitError as exc:
@@ -70,6 +75,12 @@ def interleaved_table(microbatches: int, chunks: int, group: int) -> list[tuple[
     last group takes every microbatch that is left.  The k-th backward uses the k-th entry with
     the chunk mirrored (``chunks - 1 - chunk``), so backwards visit chunks in reverse.
     """
+    check_sizes(1, microbatches, chunks)
+    Arguments(None, ScheduleConfigError).integer("group", group)
+    return _interleaved_table(microbatches, chunks, group)
+
+
+def _interleaved_table(microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
     table: list[tuple[int, int]] = []
     for start in range(0, microbatches, group):
         end = min(microbatches, start + group)
@@ -79,6 +90,14 @@ def interleaved_table(microbatches: int, chunks: int, group: int) -> list[tuple[
 
 def interleaved_warmup(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> int:
     """Forwards before rank ``rank``'s first backward: ``2 (pp - r - 1) + (v - 1) group``, capped."""
+    check_sizes(pp, microbatches, chunks)
+    arg = Arguments(None, ScheduleConfigError)
+    arg.integer("rank", rank, 0, pp - 1, why=f"a rank below pp={pp}")
+    arg.integer("group", group)
+    return _interleaved_warmup(pp, rank, microbatches, chunks, group)
+
+
+def _interleaved_warmup(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> int:
     return min((pp - rank - 1) * 2 + (chunks - 1) * group, microbatches * chunks)
 
 
@@ -88,8 +107,22 @@ def one_f_one_b_phases(fwd: list[Op], bwd: list[Op], warmup: int, wgrad_delay: i
     ``warmup`` forwards, then forward ``k + warmup`` followed by backward ``k`` (steady state), then the
     remaining backwards (cooldown).  With ``wgrad_delay = d`` the backwards are input-grads and the
     weight-grad of backward ``k - d`` follows input-grad ``k``; the last ``d`` weight-grads drain at the end
-    (PyTorch's zero-bubble rank ops, where ``d`` is the rank).
+    (PyTorch's zero-bubble rank ops, where ``d`` is the rank).  ``fwd`` and ``bwd`` are lists of :class:`Op`
+    of one length.
     """
+    arg = Arguments(None, ScheduleConfigError)
+    for label, ops in (("fwd", fwd), ("bwd", bwd)):
+        if not isinstance(ops, list) or not all(type(op) is Op for op in ops):
+            arg.refuse(label, "a list of Op", ops, wrong=True)
+    if len(fwd) != len(bwd):
+        arg.fail(f"fwd and bwd must be lists of one length (one backward per forward), got {len(fwd):,} and "
+                 f"{len(bwd):,} ops")
+    arg.integer("warmup", warmup, 0)
+    arg.integer("wgrad_delay", wgrad_delay, 0, none=True)
+    return _phases(fwd, bwd, warmup, wgrad_delay)
+
+
+def _phases(fwd: list[Op], bwd: list[Op], warmup: int, wgrad_delay: int | None = None) -> list[Op]:
     total = len(bwd)
     ops = fwd[:warmup]
     for k in range(total):
@@ -115,7 +148,7 @@ def interleaved(
     group: ``M`` not a multiple of ``pp``).
     """
     check_sizes(pp, microbatches, chunks, forward_only=forward_only)
-    group = pp if group is None else group
+    group = pp if group is None else Arguments(None, ScheduleConfigError).integer("group", group, None)
     if pp < 2:
         raise ScheduleConfigError(
             f"interleaved needs pp >= 2, got pp={pp}: with one rank there is nothing to interleave "
@@ -124,10 +157,10 @@ def interleaved(
     if chunks < 2:
         raise ScheduleConfigError(f"interleaved needs chunks (virtual stages per rank) >= 2, got {chunks}; "
                                   "use 1f1b for one chunk")
-    if not isinstance(group, int) or not pp <= group <= microbatches:
+    if not pp <= group <= microbatches:
         raise ScheduleConfigError(
             f"interleaved needs the microbatch group size in [pp={pp}, microbatches={microbatches}], "
-            f"got {group}" + (" (microbatches must be at least pp)" if microbatches < pp else "")
+            f"got {shown(group)}" + (" (microbatches must be at least pp)" if microbatches < pp else "")
         )
     remainder = microbatches % group
     if 0 < remainder < pp:
@@ -138,7 +171,7 @@ def interleaved(
             + (f" such as {microbatches - remainder}" if microbatches - remainder >= group else "")
             + f" or {microbatches - remainder + group}"
         )
-    table = interleaved_table(microbatches, chunks, group)
+    table = _interleaved_table(microbatches, chunks, group)
     ranks = []
     for r in range(pp):
         fwd = [Op("F", m, c) for m, c in table]
@@ -146,7 +179,7 @@ def interleaved(
             ranks.append(fwd)
             continue
         bwd = [Op("B", m, chunks - 1 - c) for m, c in table]
-        ranks.append(one_f_one_b_phases(fwd, bwd, interleaved_warmup(pp, r, microbatches, chunks, group)))
+        ranks.append(_phases(fwd, bwd, _interleaved_warmup(pp, r, microbatches, chunks, group)))
     return Schedule(_name("interleaved", forward_only), pp, microbatches, chunks, ranks)
 
 

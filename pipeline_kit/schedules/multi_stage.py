@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .generators import ScheduleConfigError, check_sizes, interleaved_table, one_f_one_b_phases
+from .generators import ScheduleConfigError, _interleaved_table, _phases, check_sizes
 from .ops import Op, Schedule
 
 
@@ -64,13 +64,13 @@ def interleaved_zero_bubble(pp: int, microbatches: int, chunks: int = 2) -> Sche
     """
     check_sizes(pp, microbatches, chunks, name="interleaved-zb")
     per_round = torch_round_size(pp, microbatches, "interleaved-zb", "Zero bubble")
-    table = interleaved_table(microbatches, chunks, per_round)
+    table = _interleaved_table(microbatches, chunks, per_round)
     fwd = [Op("F", m, c) for m, c in table]
     bwd = [Op("I", m, chunks - 1 - c) for m, c in table]
     ranks = []
     for r in range(pp):
         warmup = min((chunks - 1) * per_round + pp - 1 - r, microbatches * chunks)
-        ranks.append(one_f_one_b_phases(fwd, bwd, warmup, wgrad_delay=r))
+        ranks.append(_phases(fwd, bwd, warmup, wgrad_delay=r))
     return Schedule("interleaved-zb", pp, microbatches, chunks, ranks)
 
 

@@ -20,7 +20,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..inputs import Field, InputError, check_object, check_text_size, describe, integer, parse_json, text
+from ..arguments import ArgumentError, Arguments, json_object, shown, wrong_type
+from ..inputs import (
+    Field,
+    InputError,
+    check_object,
+    check_text_size,
+    describe,
+    excerpt,
+    integer,
+    listed,
+    parse_json,
+    text,
+)
 from ..limits import MAX_CHUNKS, MAX_MICROBATCHES, MAX_OPS, MAX_RANKS, LimitError, check_at_most
 
 KINDS = ("F", "B", "I", "W")
@@ -47,6 +59,8 @@ class Op(NamedTuple):
 
     def text(self, show_chunk: bool | None = None) -> str:
         """``F3`` / ``F3c1``; the chunk is shown when ``show_chunk`` or, by default, when non-zero."""
+        if show_chunk is not True and show_chunk is not False and show_chunk is not None:  # fast: called per op
+            Arguments("Op.text").boolean("show_chunk", show_chunk)
         if show_chunk is None:
             show_chunk = self.chunk != 0
         return f"{self.kind}{self.microbatch}c{self.chunk}" if show_chunk else f"{self.kind}{self.microbatch}"
@@ -56,28 +70,39 @@ class Op(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> Op:
+        Arguments("Op.parse", OpParseError).text("text", text)
         match = _OP_RE.match(text.strip())
         if not match:
             raise OpParseError(
-                f"{text!r} is not an op: expected a kind F, B, I or W, a microbatch number and an "
+                f"{excerpt(text)} is not an op: expected a kind F, B, I or W, a microbatch number and an "
                 f"optional chunk, e.g. F3, B3, I3c1, W3c1"
             )
         kind, mb, chunk = match.groups()
         mb, chunk = int(mb), int(chunk) if chunk is not None else 0
         if mb >= MAX_MICROBATCHES or chunk >= MAX_CHUNKS:
             raise OpParseError(f"{text.strip()!r} is beyond the kit's limits: microbatches 0..{MAX_MICROBATCHES - 1:,} "
-                               f"(MAX_MICROBATCHES), chunks 0..{MAX_CHUNKS - 1} (MAX_CHUNKS)")
+                               f"(MAX_MICROBATCHES), chunks 0..{MAX_CHUNKS - 1} (MAX_CHUNKS)")  # at most 23 characters
         return cls(kind, mb, chunk)
 
 
 PLACEMENTS = ("looped", "v")
+SCHEDULE_WORDS = "a Schedule (from build_schedule)"  # how a refusal names what a schedule argument must be
 
 
 def _check_placement(placement: str, chunks: int) -> None:
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    if not isinstance(placement, str) or placement not in PLACEMENTS:
+        raise (ArgumentError if isinstance(placement, str) else wrong_type(ArgumentError))(
+            f"placement must be one of {', '.join(PLACEMENTS)}, got {shown(placement)}")
     if placement == "v" and chunks != 2:
-        raise ValueError(f"placement 'v' puts exactly 2 chunks on each rank, got chunks={chunks}")
+        raise ArgumentError(f"placement 'v' puts exactly 2 chunks on each rank, got chunks={chunks}")
+
+
+def _placement_args(func: str, pp, placement) -> Arguments:
+    """The checks :func:`virtual_stage` and :func:`stage_owner` share: ``pp`` and ``placement``."""
+    arg = Arguments(func)
+    arg.integer("pp", pp, limit="MAX_RANKS")
+    arg.text("placement", placement, PLACEMENTS)
+    return arg
 
 
 def virtual_stage(rank: int, chunk: int, pp: int, placement: str = "looped") -> int:
@@ -90,6 +115,14 @@ def virtual_stage(rank: int, chunk: int, pp: int, placement: str = "looped") -> 
     Either way a rank's local chunk index is the position of the stage among its stages, in
     increasing stage order.
     """
+    arg = _placement_args("virtual_stage", pp, placement)
+    arg.integer("rank", rank, 0, pp - 1, why=f"a rank below pp={pp}")
+    arg.integer("chunk", chunk, 0, 1 if placement == "v" else None, limit="MAX_CHUNKS",
+                why="placement 'v' has chunks 0 and 1" if placement == "v" else "")
+    return _virtual_stage(rank, chunk, pp, placement)
+
+
+def _virtual_stage(rank: int, chunk: int, pp: int, placement: str) -> int:
     if placement == "v":
         return rank if chunk == 0 else 2 * pp - 1 - rank
     return chunk * pp + rank
@@ -97,6 +130,13 @@ def virtual_stage(rank: int, chunk: int, pp: int, placement: str = "looped") -> 
 
 def stage_owner(stage: int, pp: int, placement: str = "looped") -> tuple[int, int]:
     """Inverse of :func:`virtual_stage`: ``(rank, chunk)`` that holds virtual ``stage``."""
+    arg = _placement_args("stage_owner", pp, placement)
+    arg.integer("stage", stage, 0, 2 * pp - 1 if placement == "v" else None,
+                why=f"placement 'v' has 2 pp = {2 * pp} stages" if placement == "v" else "")
+    return _stage_owner(stage, pp, placement)
+
+
+def _stage_owner(stage: int, pp: int, placement: str) -> tuple[int, int]:
     if placement == "v":
         return (stage, 0) if stage < pp else (2 * pp - 1 - stage, 1)
     return stage % pp, stage // pp
@@ -120,21 +160,26 @@ class Schedule:
     placement: str = "looped"
 
     def __post_init__(self) -> None:
-        for arg in ("pp", "microbatches", "chunks"):
-            value = getattr(self, arg)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Schedule {arg} must be a positive integer, got {value!r}")
-        check_at_most(f"pp={self.pp}", self.pp, "MAX_RANKS", "ranks")
-        check_at_most(f"chunks={self.chunks}", self.chunks, "MAX_CHUNKS", "chunks per rank")
-        check_at_most(f"microbatches={self.microbatches}", self.microbatches, "MAX_MICROBATCHES", "microbatches")
+        arg = Arguments(None)  # the short form: "Schedule pp must be a positive integer, got 0"
+        arg.text("Schedule name", self.name)
+        for name in ("pp", "microbatches", "chunks"):
+            arg.integer(f"Schedule {name}", getattr(self, name))
+        check_at_most(f"pp={shown(self.pp)}", self.pp, "MAX_RANKS", "ranks")
+        check_at_most(f"chunks={shown(self.chunks)}", self.chunks, "MAX_CHUNKS", "chunks per rank")
+        check_at_most(f"microbatches={shown(self.microbatches)}", self.microbatches, "MAX_MICROBATCHES",
+                      "microbatches")
         cells = self.pp * self.chunks * self.microbatches  # the validator's dependency table has one cell each
         check_at_most(f"pp x chunks x microbatches = {cells:,}", cells, "MAX_OPS", "(stage, microbatch) pairs")
-        if not self.ranks:
+        if self.ranks is None or (isinstance(self.ranks, (list, tuple)) and not self.ranks):
             self.ranks = [[] for _ in range(self.pp)]
-        if len(self.ranks) != self.pp:
-            raise ValueError(f"Schedule has pp={self.pp} but {len(self.ranks)} rank lists")
+        ranks = self.ranks
+        if not isinstance(ranks, (list, tuple)) or not all(isinstance(ops, (list, tuple)) for ops in ranks):
+            arg.refuse("Schedule ranks", "a list with one list of ops per rank", ranks, wrong=True)
+        if len(ranks) != self.pp:
+            raise ArgumentError(f"Schedule has pp={self.pp} but {len(ranks)} rank lists")
         _check_placement(self.placement, self.chunks)
-        self.ranks = [[op if isinstance(op, Op) else Op(*op) for op in ops] for ops in self.ranks]
+        self.ranks = [list(ops) if all(type(op) is Op for op in ops) else [_as_op(op, r, i) for i, op in enumerate(ops)]
+                      for r, ops in enumerate(ranks)]
 
     # -- derived facts ---------------------------------------------------------------------
     @property
@@ -158,22 +203,31 @@ class Schedule:
 
     def stage_of(self, rank: int, chunk: int) -> int:
         """The virtual stage that model ``chunk`` of ``rank`` holds (the schedule's placement)."""
-        return virtual_stage(rank, chunk, self.pp, self.placement)
+        arg = Arguments("Schedule.stage_of")
+        arg.integer("rank", rank, 0, self.pp - 1)
+        arg.integer("chunk", chunk, 0, self.chunks - 1)
+        return _virtual_stage(rank, chunk, self.pp, self.placement)
 
     def rank_of(self, stage: int) -> int:
         """The rank that holds virtual ``stage``."""
-        return stage_owner(stage, self.pp, self.placement)[0]
+        return self._owner(stage, "Schedule.rank_of")[0]
 
     def chunk_of(self, stage: int) -> int:
         """The local chunk index of virtual ``stage`` on the rank that holds it."""
-        return stage_owner(stage, self.pp, self.placement)[1]
+        return self._owner(stage, "Schedule.chunk_of")[1]
+
+    def _owner(self, stage: int, func: str) -> tuple[int, int]:
+        Arguments(func).integer("stage", stage, 0, self.stages - 1)
+        return _stage_owner(stage, self.pp, self.placement)
 
     def stages_of(self, rank: int) -> list[int]:
         """The virtual stages of ``rank``, indexed by local chunk (a lookup table for hot loops)."""
-        return [virtual_stage(rank, c, self.pp, self.placement) for c in range(self.chunks)]
+        Arguments("Schedule.stages_of").integer("rank", rank, 0, self.pp - 1)
+        return [_virtual_stage(rank, c, self.pp, self.placement) for c in range(self.chunks)]
 
     def op_text(self, op: Op) -> str:
         """An op as this schedule prints it: the chunk is shown only when ``chunks > 1``."""
+        Arguments("Schedule.op_text").instance("op", op, Op, "an Op")
         return op.text(show_chunk=self.chunks > 1)
 
     # -- text form -------------------------------------------------------------------------
@@ -182,12 +236,12 @@ class Schedule:
         lines = [f"# schedule={self.name} pp={self.pp} microbatches={self.microbatches} chunks={self.chunks}"
                  + ("" if self.placement == "looped" else f" placement={self.placement}")]
         for r, ops in enumerate(self.ranks):
-            lines.append(f"r{r}: " + " ".join(self.op_text(op) for op in ops))
+            lines.append(f"r{r}: " + " ".join(op.text(self.chunks > 1) for op in ops))
         return "\n".join(lines) + "\n"
 
     def to_grid(self) -> str:
         """The per-rank orders as an aligned text grid (column k = the k-th op of each rank)."""
-        cells = [[self.op_text(op) for op in ops] for ops in self.ranks]
+        cells = [[op.text(self.chunks > 1) for op in ops] for ops in self.ranks]
         width = max((len(c) for row in cells for c in row), default=1)
         label = len(f"r{self.pp - 1}")
         lines = []
@@ -206,6 +260,9 @@ class Schedule:
         largest numbers used).  Other ``#`` lines and blank lines are ignored.  Errors name the line and
         the offending token.
         """
+        arg = Arguments("Schedule.from_text", ScheduleTextError)
+        arg.text("text", text)
+        arg.text("name", name, none=True)
         try:
             check_text_size(text, "schedule text")
         except (InputError, LimitError) as exc:
@@ -225,11 +282,12 @@ class Schedule:
             match = _RANK_LINE_RE.match(line)
             if not match:
                 raise ScheduleTextError(
-                    f"line {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 B0'), got {_cut(line)}"
+                    f"line {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 B0'), got {excerpt(line)}"
                 )
             digits = match.group(1)
             if len(digits) > 6 or int(digits) >= MAX_RANKS:
-                raise ScheduleTextError(f"line {lineno}: rank r{_cut(digits, 20)[1:-1]} is beyond the limit of "
+                rank = digits if len(digits) <= 20 else excerpt(digits, limit=20)
+                raise ScheduleTextError(f"line {lineno}: rank r{rank} is beyond the limit of "
                                  f"{MAX_RANKS:,} ranks r0..r{MAX_RANKS - 1} (MAX_RANKS)")
             rank = int(digits)
             if rank in rows:
@@ -253,7 +311,7 @@ class Schedule:
         pp = max(rows) + 1
         missing = [r for r in range(pp) if r not in rows]
         if missing:
-            raise ScheduleTextError(f"ranks {missing} have no line; ranks must be r0..r{pp - 1}")
+            raise ScheduleTextError(f"ranks [{listed(missing)}] have no line; ranks must be r0..r{pp - 1}")
         all_ops = [op for ops in rows.values() for op in ops]
         declared_pp = _header_int(header, "pp", pp)
         microbatches = _header_int(header, "microbatches", max((op.microbatch for op in all_ops), default=0) + 1)
@@ -276,7 +334,7 @@ class Schedule:
             "pp": self.pp,
             "microbatches": self.microbatches,
             "chunks": self.chunks,
-            "ranks": [[self.op_text(op) for op in ops] for ops in self.ranks],
+            "ranks": [[op.text(self.chunks > 1) for op in ops] for ops in self.ranks],
         }
         if self.placement != "looped":
             out["placement"] = self.placement
@@ -288,6 +346,8 @@ class Schedule:
     @classmethod
     def from_dict(cls, data: dict, where: str = "schedule JSON") -> Schedule:
         """A schedule from its JSON form, checked against :data:`SCHEDULE_JSON` field by field."""
+        Arguments("Schedule.from_dict", ScheduleTextError).text("where", where)
+        json_object(data, where, SCHEDULE_JSON, ScheduleTextError)
         try:
             fields = check_object(data, SCHEDULE_JSON, where)
         except (InputError, LimitError) as exc:
@@ -300,6 +360,9 @@ class Schedule:
 
     @classmethod
     def from_json(cls, text: str, where: str = "schedule JSON") -> Schedule:
+        arg = Arguments("Schedule.from_json", ScheduleTextError)
+        arg.text("text", text)
+        arg.text("where", where)
         try:
             data = parse_json(text, where)
         except (InputError, LimitError) as exc:
@@ -340,11 +403,6 @@ SCHEDULE_JSON = {
 _TOKEN_RE = re.compile(r"\S+")
 
 
-def _cut(text: str, width: int = 60) -> str:
-    r = repr(text)
-    return r if len(r) <= width else r[:width - 4] + "...'"
-
-
 def _header_fields(line: str) -> dict[str, str]:
     """``key=value`` words of a ``#`` line (split on whitespace: linear time, whatever the line holds)."""
     fields = {}
@@ -360,12 +418,27 @@ def _header_int(header: dict[str, str], key: str, default: int) -> int:
     if value is None:
         return default
     if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < 1:
-        raise ScheduleTextError(f"header: {key}={_cut(value, 30)} is not a positive integer of at most 9 digits")
+        raise ScheduleTextError(f"header: {key}={excerpt(value)} is not a positive integer of at most 9 digits")
     return int(value)
 
 
 class ScheduleTextError(ValueError):
     """The text or JSON form of a schedule cannot be read (not a validity problem)."""
+
+
+def need_schedule(func: str, schedule, name: str = "schedule", error: type[Exception] = ArgumentError) -> Schedule:
+    """The check of every public function that takes a schedule: a :class:`Schedule`, or a refusal naming ``func``."""
+    return Arguments(func, error).instance(name, schedule, Schedule, SCHEDULE_WORDS)
+
+
+def _as_op(op, rank: int, index: int) -> Op:
+    """An item of a rank's list as an :class:`Op`: an Op, or a ``(kind, microbatch[, chunk])`` tuple."""
+    if type(op) is Op:
+        return op
+    if not isinstance(op, (tuple, list)) or not 2 <= len(op) <= 3:
+        Arguments(None).refuse(f"Schedule ranks[{rank}][{index}]", "an Op or a (kind, microbatch, chunk) tuple", op,
+                               wrong=True)
+    return Op(*op)
 
 
 def ops_from_strings(tokens: Iterable[str]) -> list[Op]:

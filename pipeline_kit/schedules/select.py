@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..arguments import Arguments
 from .generators import ScheduleConfigError, interleaved, no_pipelining, one_f_one_b
 from .ops import Schedule
 
@@ -42,6 +43,13 @@ class ScheduleFunction:
     chunks: int
     forward_only: bool
 
+    def __post_init__(self) -> None:
+        arg = Arguments("ScheduleFunction", ScheduleConfigError)
+        arg.text("name", self.name, ("no-pipelining", "1f1b", "interleaved"))
+        arg.integer("pp", self.pp, limit="MAX_RANKS")
+        arg.integer("chunks", self.chunks, limit="MAX_CHUNKS")
+        arg.boolean("forward_only", self.forward_only)
+
     @property
     def uses_p2p(self) -> bool:
         return self.pp > 1
@@ -52,6 +60,7 @@ class ScheduleFunction:
         return self.pp - 1
 
     def __call__(self, microbatches: int, group: int | None = None) -> Schedule:
+        Arguments("ScheduleFunction", ScheduleConfigError).integer("group", group, none=True)
         if self.name == "no-pipelining":
             return no_pipelining(microbatches, self.forward_only)
         if self.name == "1f1b":
@@ -66,10 +75,10 @@ def select_schedule(pp: int, vpp: int | None = None, forward_only: bool = False)
     Megatron), ``pp > 1`` -> interleaved when ``vpp`` is given (and > 1), else 1F1B.
     ``forward_only`` keeps the same family and drops every backward (inference / evaluation).
     """
-    if not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
-        raise ScheduleConfigError(f"pp must be a positive integer, got {pp!r}")
-    if vpp is not None and (not isinstance(vpp, int) or isinstance(vpp, bool) or vpp < 1):
-        raise ScheduleConfigError(f"vpp must be None or a positive integer, got {vpp!r}")
+    arg = Arguments(None, ScheduleConfigError)  # the generators' short words: "pp must be a positive integer"
+    arg.integer("pp", pp, limit="MAX_RANKS")
+    arg.integer("vpp", vpp, none=True, limit="MAX_CHUNKS")
+    arg.boolean("forward_only", forward_only)
     if pp == 1:
         return ScheduleFunction("no-pipelining", 1, 1, forward_only)
     if vpp is not None and vpp > 1:

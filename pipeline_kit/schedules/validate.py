@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .ops import Op, Schedule
+from ..arguments import shown
+from .ops import Op, Schedule, need_schedule
 
 _KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3}
 _DEP_KINDS = "FGI"
@@ -81,23 +82,38 @@ class ScheduleError(ValueError):
 
 def check_ops(schedule: Schedule) -> None:
     """Every op names a real microbatch and chunk, and every (kind, microbatch, stage) appears once."""
+    need_schedule("check_ops", schedule)
+    _check_ops(schedule)
+
+
+def _check_ops(schedule: Schedule) -> None:
     mbs, chunks, stages = schedule.microbatches, schedule.chunks, schedule.stages
     sm = stages * mbs
     counts = bytearray(4 * sm)
     code = _KIND_CODE
-    for r, ops in enumerate(schedule.ranks):
-        stage_of_chunk = schedule.stages_of(r)
-        for i, op in enumerate(ops):
-            kind, m, c = op
-            k = code.get(kind)
-            if k is None or type(m) is not int or type(c) is not int or not (0 <= m < mbs and 0 <= c < chunks):
-                _bad_op(schedule, r, i, op)
-            key = k * sm + stage_of_chunk[c] * mbs + m
-            if counts[key]:
-                first = next(j for j, other in enumerate(ops) if other == op)
-                raise ScheduleError(f"rank {r}: {schedule.op_text(op)} appears twice (op {first + 1} and op {i + 1}); "
-                                    f"each op must run exactly once", kind="duplicate", rank=r, op=op)
-            counts[key] = 1
+    if not isinstance(schedule.ranks, list) or len(schedule.ranks) != schedule.pp:  # changed since it was made
+        raise ScheduleError(f"the schedule has pp={schedule.pp} but {shown(schedule.ranks)} for its rank lists",
+                            kind="bad-op")
+    r = i = 0
+    try:
+        for r, ops in enumerate(schedule.ranks):
+            stage_of_chunk = schedule.stages_of(r)
+            i = 0
+            for i, op in enumerate(ops):
+                kind, m, c = op
+                k = code.get(kind)
+                if k is None or type(m) is not int or type(c) is not int or not (0 <= m < mbs and 0 <= c < chunks):
+                    _bad_op(schedule, r, i, op)
+                key = k * sm + stage_of_chunk[c] * mbs + m
+                if counts[key]:
+                    first = next(j for j, other in enumerate(ops) if other == op)
+                    raise ScheduleError(f"rank {r}: {schedule.op_text(op)} appears twice (op {first + 1} and op "
+                                        f"{i + 1}); each op must run exactly once", kind="duplicate", rank=r, op=op)
+                counts[key] = 1
+    except ScheduleError:
+        raise
+    except (TypeError, ValueError):  # a rank list changed since the Schedule was made: not an Op, an unhashable kind
+        raise _bad_item(schedule, r, i) from None
     f, b, i_, w = (counts[k * sm:(k + 1) * sm] for k in range(4))
     if f.count(0) == 0:
         if b.count(1) == 0 and i_.count(1) == 0 and w.count(1) == 0:
@@ -109,15 +125,47 @@ def check_ops(schedule: Schedule) -> None:
     _first_missing(schedule, counts, sm)
 
 
+def _bad_item(schedule: Schedule, r: int, i: int) -> ScheduleError:
+    """What is wrong with item ``i`` of rank ``r`` (or with the rank's list itself), which is not a plain Op."""
+    ops = schedule.ranks[r]
+    if not isinstance(ops, list):
+        return ScheduleError(f"rank {r}: expected a list of Op, got {shown(ops)}", kind="bad-op", rank=r)
+    item = ops[i]
+    what = (f"unknown kind {shown(item.kind)}; kinds are F, B, I, W" if isinstance(item, Op) else
+            f"expected an Op (kind F, B, I or W, microbatch, chunk), got {shown(item)}")
+    return ScheduleError(f"rank {r}, op {i + 1}: {what}", kind="bad-op", rank=r)
+
+
+def bad_op_of(schedule: Schedule, rank: int) -> ScheduleError:
+    """The first op of ``rank`` that names no chunk of the rank, or is no Op: for code that reads a schedule the
+    validator has not seen (its message says what :func:`check_ops` would)."""
+    ranks = schedule.ranks
+    if not isinstance(ranks, list) or not 0 <= rank < len(ranks):
+        return ScheduleError(f"the schedule has pp={schedule.pp} but {shown(ranks)} for its rank lists", kind="bad-op")
+    ops = ranks[rank]
+    for i, op in enumerate(ops if isinstance(ops, list) else [None]):
+        if not isinstance(op, Op) or not isinstance(op.kind, str):
+            return _bad_item(schedule, rank, i)
+        if not (type(op.chunk) is int and 0 <= op.chunk < schedule.chunks):
+            try:
+                _bad_op(schedule, rank, i, op)
+            except ScheduleError as exc:
+                return exc
+    return _bad_item(schedule, rank, 0)
+
+
 def _bad_op(schedule: Schedule, r: int, i: int, op: Op):
     kind, m, c = op
     if kind not in _KIND_CODE:
-        raise ScheduleError(f"rank {r}, op {i + 1}: unknown kind {kind!r}; kinds are F, B, I, W",
+        raise ScheduleError(f"rank {r}, op {i + 1}: unknown kind {shown(kind)}; kinds are F, B, I, W",
                             kind="bad-op", rank=r, op=op)
+    plain = all(type(x) is int and 0 <= x < 10**9 for x in (m, c))  # else the op's text is no help
     if not (isinstance(m, int) and 0 <= m < schedule.microbatches):
-        raise ScheduleError(f"rank {r}, op {i + 1} ({schedule.op_text(op)}): microbatch {m} is out of range; this "
-                            f"schedule has microbatches 0..{schedule.microbatches - 1}", kind="bad-op", rank=r, op=op)
-    raise ScheduleError(f"rank {r}, op {i + 1} ({op.text(True)}): chunk {c} is out of range; this schedule has "
+        where = f" ({op.text(schedule.chunks > 1)})" if plain else ""
+        raise ScheduleError(f"rank {r}, op {i + 1}{where}: microbatch {shown(m)} is out of range; this schedule has "
+                            f"microbatches 0..{schedule.microbatches - 1}", kind="bad-op", rank=r, op=op)
+    where = f" ({op.text(True)})" if plain else ""
+    raise ScheduleError(f"rank {r}, op {i + 1}{where}: chunk {shown(c)} is out of range; this schedule has "
                         f"chunks 0..{schedule.chunks - 1}", kind="bad-op", rank=r, op=op)
 
 
@@ -162,6 +210,11 @@ def dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[Dep, ...]
     ranks remain blocked when nothing can run, a :class:`ScheduleError` explains the wait.
     Callers must have run :func:`check_ops` first.
     """
+    need_schedule("dataflow", schedule)
+    return _dataflow(schedule)
+
+
+def _dataflow(schedule: Schedule) -> Iterator[tuple[int, Op, int, tuple[Dep, ...]]]:
     made_by = fact_table(schedule)
     walked: list[tuple[int, Op, int]] = []  # (rank, op, index in its list), in walk order
     count = [0] * schedule.pp
@@ -244,15 +297,22 @@ def walk(schedule: Schedule, made_by: list[int] | None = None) -> Iterator[tuple
 
 def validate(schedule: Schedule) -> Schedule:
     """Raise :class:`ScheduleError` unless ``schedule`` is executable; return it for chaining."""
-    check_ops(schedule)
+    need_schedule("validate", schedule)
+    return _validate(schedule)
+
+
+def _validate(schedule: Schedule) -> Schedule:
+    _check_ops(schedule)
     for _ in walk(schedule):
         pass
     return schedule
 
 
 def is_valid(schedule: Schedule) -> bool:
+    """Whether ``schedule`` is executable (:func:`validate` without the explanation)."""
+    need_schedule("is_valid", schedule)
     try:
-        validate(schedule)
+        _validate(schedule)
     except ScheduleError:
         return False
     return True

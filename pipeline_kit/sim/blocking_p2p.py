@@ -40,6 +40,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..arguments import shown
+from ..inputs import excerpt
 from ..schedules.messages import op_messages
 from ..schedules.ops import Schedule
 
@@ -133,7 +135,6 @@ def _normalise(programs) -> list[list]:
     for r, prog in enumerate(programs):
         items = []
         for i, item in enumerate(prog):
-            where = f"rank {r}, item {i} ({item!r})"
             if isinstance(item, str):
                 items.append(("compute", item))
                 continue
@@ -142,19 +143,19 @@ def _normalise(programs) -> list[list]:
             elif isinstance(item, (list, tuple)) and item:
                 parts = list(item)
             else:
-                raise ProgramError(f"{where}: expected a compute op like 'F3' or a call: (kind, peer, name) "
-                                   "or a list of them")
+                _refuse_item(r, i, item, "expected a compute op like 'F3' or a call: (kind, peer, name) or a list "
+                             "of them")
             comms = []
             for part in parts:
                 if not (isinstance(part, tuple) and len(part) == 3):
-                    raise ProgramError(f"{where}: each part of a call is a tuple (kind, peer, name), got {part!r}")
+                    _refuse_item(r, i, item, f"each part of a call is a tuple (kind, peer, name), got {shown(part)}")
                 kind, peer, name = part
-                if kind not in COMM_KINDS:
-                    raise ProgramError(f"{where}: kind must be one of {', '.join(COMM_KINDS)}, got {kind!r}")
+                if not isinstance(kind, str) or kind not in COMM_KINDS:
+                    _refuse_item(r, i, item, f"kind must be one of {', '.join(COMM_KINDS)}, got {shown(kind)}")
                 if not isinstance(peer, int) or isinstance(peer, bool) or not 0 <= peer < n or peer == r:
-                    raise ProgramError(f"{where}: peer must be another rank in 0..{n - 1}, got {peer!r}")
+                    _refuse_item(r, i, item, f"peer must be another rank in 0..{n - 1}, got {shown(peer)}")
                 if not isinstance(name, str):
-                    raise ProgramError(f"{where}: the message name must be a string like 'F3', got {name!r}")
+                    _refuse_item(r, i, item, f"the message name must be a string like 'F3', got {shown(name)}")
                 comms.append(Comm(kind, peer, name))
             items.append(("call", comms))
         out.append(items)
@@ -285,10 +286,14 @@ def _find_cycle(blocked: dict[int, Wait], current) -> list[Wait]:
     return []
 
 
+def _refuse_item(rank: int, index: int, item, text: str):
+    raise ProgramError(f"rank {rank}, item {index} ({shown(item)}): {text}")
+
+
 def _check_plain(schedule: Schedule) -> None:
     if schedule.chunks != 1 or schedule.splits_backward:
         raise ValueError("the P2P programs here cover non-interleaved schedules of F and B ops "
-                         f"(got {schedule.name} with {schedule.chunks} chunk(s))")
+                         f"(got {excerpt(schedule.name)} with {schedule.chunks} chunk(s))")
 
 
 def runtime_program(schedule: Schedule, rank: int, send: str = "isend") -> list:
@@ -297,7 +302,7 @@ def runtime_program(schedule: Schedule, rank: int, send: str = "isend") -> list:
     the naive blocking version)."""
     _check_plain(schedule)
     if send not in ("send", "isend"):
-        raise ValueError(f"send must be 'send' or 'isend', got {send!r}")
+        raise ValueError(f"send must be 'send' or 'isend', got {shown(send)}")
     prog: list = []
     for op, (received, sent) in zip(schedule.ranks[rank], op_messages(schedule, rank)):
         name = op.text()  # a message is named after the op that makes it, which is also the op that uses it

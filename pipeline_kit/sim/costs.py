@@ -11,12 +11,13 @@ A split backward costs what the full one costs: ``I = bwd - wgrad`` and ``W = wg
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence, Sized
+from dataclasses import dataclass, fields
 from numbers import Real
 
-from ..schedules.ops import stage_owner
+from ..arguments import Arguments, is_number, shown
+from ..limits import MAX_NUMBER
+from ..schedules.ops import KINDS, PLACEMENTS, _stage_owner
 
 Number = int | float
 PerStage = Number | Sequence[Number]
@@ -26,32 +27,57 @@ class CostError(ValueError):
     """A cost argument has the wrong shape or sign; the message names the argument."""
 
 
+def _layout_args(func: str, pp: int, chunks: int, placement: str) -> None:
+    """The pipeline's shape, as :func:`per_virtual_stage` and :meth:`Costs.resolve` take it."""
+    arg = Arguments(func, CostError)
+    arg.integer("pp", pp, limit="MAX_RANKS")
+    arg.integer("chunks", chunks, limit="MAX_CHUNKS")
+    arg.text("placement", placement, PLACEMENTS)
+    if placement == "v" and chunks != 2:
+        arg.refuse("chunks", "2 (placement 'v' puts exactly 2 chunks on each rank)", chunks)
+
+
+def cost_values(value, name: str, lengths: dict[int, str] | None = None) -> list:
+    """A cost given as one number or as a list of one of the allowed ``lengths`` (length -> what one value is
+    for; ``None``: any): the values as a list, each a non-negative number of at most ``MAX_NUMBER``.  The
+    message names ``name``."""
+    if isinstance(value, Real) and not isinstance(value, bool):
+        values = [value]
+    elif isinstance(value, (str, bytes)) or not (isinstance(value, Sized) and isinstance(value, Iterable)):
+        raise CostError(f"{name} must be a number or a list of numbers, got {shown(value)}")
+    elif lengths is not None and len(value) not in lengths:
+        allowed = " or ".join(f"{n} ({what})" for n, what in lengths.items())
+        raise CostError(f"{name} has {len(value)} values; expected 1 or {allowed}")
+    else:
+        values = list(value)
+    for v in values:
+        if not is_number(v):
+            limit = f" of at most {MAX_NUMBER:g} (MAX_NUMBER)" if isinstance(v, Real) and v > MAX_NUMBER else ""
+            raise CostError(f"{name} values must be non-negative numbers{limit}, got {shown(v)}")
+    return values
+
+
 def per_virtual_stage(value: PerStage, pp: int, chunks: int, name: str, placement: str = "looped") -> list:
     """Resolve a scalar / per-rank / per-virtual-stage cost into one number per virtual stage.
 
     A per-rank value goes to every stage that rank holds (``placement``: see
     :func:`~pipeline_kit.schedules.ops.virtual_stage`), each taking ``1/chunks`` of it.
     """
+    _layout_args("per_virtual_stage", pp, chunks, placement)
+    Arguments("per_virtual_stage", CostError).text("name", name)
+    return _per_virtual_stage(value, pp, chunks, name, placement)
+
+
+def _per_virtual_stage(value: PerStage, pp: int, chunks: int, name: str, placement: str) -> list:
     stages = pp * chunks
-    if isinstance(value, Real) and not isinstance(value, bool):
-        values = [value] * pp
-    elif isinstance(value, (str, bytes)):
-        raise CostError(f"{name} must be a number or a list of numbers, got {value!r}")
-    else:
-        try:
-            values = list(value)
-        except TypeError:
-            raise CostError(f"{name} must be a number or a list of numbers, got {value!r}") from None
-        if len(values) not in (pp, stages):
-            allowed = f"{pp} (one per rank)" + (f" or {stages} (one per virtual stage)" if chunks > 1 else "")
-            raise CostError(f"{name} has {len(values)} values; expected 1 or {allowed}")
-    for v in values:
-        if not isinstance(v, Real) or isinstance(v, bool) or not 0 <= v < math.inf:
-            raise CostError(f"{name} values must be non-negative numbers, got {v!r}")
+    lengths = {pp: "one per rank", stages: "one per virtual stage"} if chunks > 1 else {pp: "one per rank"}
+    values = cost_values(value, name, lengths)
+    if len(values) == 1:
+        values = values * pp
     if len(values) == stages:
         return values  # one value per virtual stage (with one chunk, per rank): taken as is
     # per-rank values with v chunks: each of a rank's v stages takes 1/v of the rank's value
-    return [values[stage_owner(s, pp, placement)[0]] / chunks for s in range(stages)]
+    return [values[_stage_owner(s, pp, placement)[0]] / chunks for s in range(stages)]
 
 
 @dataclass
@@ -75,34 +101,45 @@ class Costs:
     bandwidth: Number | None = None
     activation_bytes: PerStage = 0
 
+    def __post_init__(self) -> None:
+        """What can be checked before the pipeline's size is known: every value a non-negative number (or a
+        list of them); :meth:`resolve` checks the lengths."""
+        for name in ("fwd", "bwd", "wgrad", "p2p_bytes", "activation_bytes"):
+            if name != "wgrad" or self.wgrad is not None:
+                cost_values(getattr(self, name), name)
+        self._check_link()
+
+    def _check_link(self) -> None:
+        arg = Arguments(None, CostError)  # the short words, "p2p_latency must be a non-negative number, got -1"
+        arg.number("p2p_latency", self.p2p_latency)
+        arg.number("bandwidth", self.bandwidth, positive=True, none=True)
+
     def resolve(self, pp: int, chunks: int, placement: str = "looped") -> StageCosts:
-        fwd = per_virtual_stage(self.fwd, pp, chunks, "fwd", placement)
-        bwd = per_virtual_stage(self.bwd, pp, chunks, "bwd", placement)
+        """One number per virtual stage (and per boundary) for a pipeline of ``pp`` ranks of ``chunks`` chunks."""
+        _layout_args("Costs.resolve", pp, chunks, placement)
+        fwd = _per_virtual_stage(self.fwd, pp, chunks, "fwd", placement)
+        bwd = _per_virtual_stage(self.bwd, pp, chunks, "bwd", placement)
         if self.wgrad is None:
             wgrad = [b / 2 for b in bwd]
         else:
-            wgrad = per_virtual_stage(self.wgrad, pp, chunks, "wgrad", placement)
+            wgrad = _per_virtual_stage(self.wgrad, pp, chunks, "wgrad", placement)
             for s, (w, b) in enumerate(zip(wgrad, bwd)):
                 if w > b:
                     raise CostError(f"wgrad on stage {s} is {w}, larger than the whole backward bwd={b}; "
                                     f"wgrad is the weight-gradient part of bwd")
-        if not isinstance(self.p2p_latency, Real) or not 0 <= self.p2p_latency < math.inf:
-            raise CostError(f"p2p_latency must be a non-negative number, got {self.p2p_latency!r}")
-        if self.bandwidth is not None and (not isinstance(self.bandwidth, Real) or not 0 < self.bandwidth < math.inf):
-            raise CostError(f"bandwidth must be a positive number (bytes per time unit), got {self.bandwidth!r}")
-        stages = pp * chunks
-        boundaries = max(stages - 1, 0)
-        if isinstance(self.p2p_bytes, Real):
-            nbytes = [self.p2p_bytes] * boundaries
-        else:
-            nbytes = list(self.p2p_bytes)
-            if len(nbytes) != boundaries:
-                raise CostError(f"p2p_bytes has {len(nbytes)} values; expected 1 or {boundaries} (one per boundary)")
+        self._check_link()
+        boundaries = max(pp * chunks - 1, 0)
+        nbytes = cost_values(self.p2p_bytes, "p2p_bytes", {boundaries: "one per boundary"})
+        if len(nbytes) == 1:
+            nbytes = nbytes * boundaries
         if any(b and self.bandwidth is None for b in nbytes):
             raise CostError("p2p_bytes needs a bandwidth (bytes per time unit) to turn bytes into time")
         comm = [self.p2p_latency + (b / self.bandwidth if b else 0) for b in nbytes]
-        act = per_virtual_stage(self.activation_bytes, pp, chunks, "activation_bytes", placement)
+        act = _per_virtual_stage(self.activation_bytes, pp, chunks, "activation_bytes", placement)
         return StageCosts(fwd, bwd, wgrad, comm, nbytes, act)
+
+
+COST_FIELDS = tuple(f.name for f in fields(Costs))  # what simulate(schedule, **costs) takes
 
 
 @dataclass
@@ -117,6 +154,10 @@ class StageCosts:
     activation_bytes: list
 
     def duration(self, kind: str, stage: int):
+        """How long an op of ``kind`` takes on virtual ``stage``."""
+        arg = Arguments("StageCosts.duration", CostError)
+        arg.text("kind", kind, KINDS)
+        arg.integer("stage", stage, 0, len(self.fwd) - 1)
         if kind == "F":
             return self.fwd[stage]
         if kind == "B":

@@ -14,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..schedules.messages import receives
-from ..schedules.ops import Op, Schedule
+from ..arguments import Arguments, is_number
+from ..inputs import excerpt
+from ..limits import MAX_NUMBER
+from ..schedules.messages import _receives
+from ..schedules.ops import Op, Schedule, need_schedule
 from ..schedules.validate import check_ops, fact_table, walk
-from ..trace import op_record
-from .costs import Costs, StageCosts
+from ..trace import _op_record
+from .costs import COST_FIELDS, Costs, StageCosts
 
 
 class Event(NamedTuple):
@@ -96,9 +99,11 @@ class SimResult:
         return (self.makespan - self.ideal_time) / self.ideal_time if self.ideal_time else 0.0
 
     def rank_events(self, rank: int) -> list[Event]:
+        Arguments("SimResult.rank_events").integer("rank", rank, 0, self.schedule.pp - 1)
         return [e for e in self.events if e.rank == rank]
 
     def to_dict(self, timeline: bool = True) -> dict:
+        Arguments("SimResult.to_dict").boolean("timeline", timeline)
         s = self.schedule
         out = {
             "schedule": s.name,
@@ -118,7 +123,7 @@ class SimResult:
         if s.placement != "looped":  # as in Schedule.to_dict: present only for a V placement
             out["placement"] = s.placement
         if timeline:
-            out["timeline"] = [op_record(s, e.rank, e.op, e.stage, e.start, e.end) for e in self.events]
+            out["timeline"] = [_op_record(s, e.rank, e.op, e.stage, e.start, e.end) for e in self.events]
             out["transfers"] = [t._asdict() for t in self.transfers]
         return out
 
@@ -137,10 +142,19 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
     backwarding (the backward ends with ``B``, or with ``W`` when it is split); a forward-only
     schedule keeps nothing for backward and reports 0.
     """
+    need_schedule("simulate", schedule)
+    arg = Arguments("simulate")
+    if costs is not None and not callable(getattr(costs, "resolve", None)):  # a Costs, or what resolves like one
+        arg.refuse("costs", "a Costs or None", costs, wrong=True)
+    arg.function("durations", durations, none=True)
+    unknown = [name for name in cost_kwargs if name not in COST_FIELDS]
+    if unknown:
+        arg.fail(f"unknown argument {excerpt(unknown[0])}; the cost keyword arguments are {', '.join(COST_FIELDS)}",
+                 wrong=True)
     if costs is None:
         costs = Costs(**cost_kwargs)
     elif cost_kwargs:
-        raise TypeError("pass either a Costs object or cost keyword arguments, not both")
+        arg.fail("argument costs: pass either a Costs object or cost keyword arguments, not both", wrong=True)
     pp = schedule.pp
     sc = costs.resolve(pp, schedule.chunks, schedule.placement)
     check_ops(schedule)
@@ -163,7 +177,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
     transfers: list[Transfer] = []
     waits: list[Wait] = []
     # what an op of each kind on each stage receives (the message rule): its direction and boundary
-    incoming = {kind: [msg and (msg.direction, msg.boundary) for msg in (receives(kind, 0, s, last)
+    incoming = {kind: [msg and (msg.direction, msg.boundary) for msg in (_receives(kind, 0, s, last)
                                                                          for s in range(stages))]
                 for kind in "FBI"}
     new = tuple.__new__  # Event(...) / Transfer(...) without the NamedTuple constructor's extra call
@@ -182,7 +196,13 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
                     waits.append(new(Wait, (r, src, direction, m, s, free[r], arrive)))
             if t > start:
                 start = t
-        dur = duration[kind][s] if durations is None else durations(r, op, s)
+        if durations is None:
+            dur = duration[kind][s]
+        else:
+            dur = durations(r, op, s)
+            if not (type(dur) is float and 0 <= dur <= MAX_NUMBER) and not is_number(dur):  # the fast test first
+                arg.refuse("durations", f"a function returning a non-negative number (here for {op.text()} on rank "
+                                        f"{r})", dur)
         finish = start + dur
         free[r] = finish
         busy[r] += dur
