@@ -25,8 +25,14 @@ from .argtypes import (
     positive_float,
     timeout_seconds,
 )
-from .inputs import InputError, check_output_path, read_text, strict_json
-from .interrupts import atomic_output, interrupts_end_in_one_line, write_file_atomically
+from .inputs import InputError, check_output_path, read_text, same_file, strict_json
+from .interrupts import (
+    OutputStreamError,
+    atomic_output,
+    interrupts_end_in_one_line,
+    standard_output_guarded,
+    write_file_atomically,
+)
 from .layout import commands as layout_commands
 from .limits import MAX_DRAW_OPS, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, LimitError, check_at_most
 from .schedules import (
@@ -196,7 +202,9 @@ def cmd_draw(args: argparse.Namespace) -> int:
         raise UsageError("--compare needs --trace FILE (a run to compare the simulation with) and -o FILE")
     for flag, path in (("-o", args.output), ("--perfetto", args.perfetto)):
         if path:
-            check_output_path(path, f"argument {flag}")
+            check_output_path(path, f"argument {flag}", inputs=[args.trace] if args.trace else [])
+    if args.output and args.perfetto and same_file(args.output, args.perfetto):
+        raise UsageError("arguments -o and --perfetto name the same file; give each its own")
     if args.trace:  # read and check the trace before the seconds matplotlib takes to import
         from .layout.measure import TraceError, load_trace
         try:
@@ -205,6 +213,9 @@ def cmd_draw(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         check_at_most(f"--trace {args.trace}: {len(trace['timeline']):,} ops", len(trace["timeline"]),
                       "MAX_DRAW_OPS", "ops in a drawing")
+        if args.compare:  # the simulation it draws too is the schedule the trace claims, maybe far larger
+            from .layout.measure import check_rebuild_size
+            check_rebuild_size(trace, "MAX_DRAW_OPS")
     try:
         from .viz import Timeline, draw_memory, draw_timeline, to_chrome_trace
     except ImportError as exc:
@@ -226,7 +237,7 @@ def cmd_draw(args: argparse.Namespace) -> int:
             from .layout.measure import simulate_from_trace
             from .viz import draw_comparison
             try:
-                simulated = simulate_from_trace(trace, scale=1e3)
+                simulated = simulate_from_trace(trace, scale=1e3, limit="MAX_DRAW_OPS")
             except TraceError as exc:
                 raise UsageError(f"--trace {args.trace}: {exc}") from None
             sim = Timeline.from_sim(simulated, unit="ms", title="simulated from the run's measured service times")
@@ -345,7 +356,7 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
     try:
         problems = make_labs(Path(args.solutions or ROOT / "solutions"), Path(args.labs or ROOT / "labs"),
                              check=args.check)
-    except (FileNotFoundError, ReleaseError) as exc:
+    except (FileNotFoundError, ReleaseError, InputError) as exc:
         raise UsageError(str(exc)) from None
     for line in problems:
         print(line)
@@ -430,8 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         try:
-            return args.func(args)
-        except (UsageError, InputError, LimitError) as exc:
+            with standard_output_guarded():
+                code = args.func(args)
+                sys.stdout.flush()  # here, not at exit: a full disk is one line too
+            return code
+        except (UsageError, InputError, LimitError, OutputStreamError) as exc:
             print(f"python -m pipeline_kit {args.command}: error: {one_line(exc)}", file=sys.stderr)
             return EXIT_USAGE
         except BrokenPipeError:  # e.g. `... | head`

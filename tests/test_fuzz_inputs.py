@@ -57,6 +57,13 @@ def assert_bounded(result, argv) -> None:
     assert "Traceback" not in result.err + result.out, (argv, result.err[-2000:])
     if result.code == 2:
         assert len(result.err_lines) == 1, (argv, result.err)
+        assert len(result.err.encode()) <= 1000, (argv, f"a {len(result.err.encode()):,}-byte refusal")
+    if result.code != 0:  # a failing run changes no file it was given, as input or as output
+        for path, data in ORIGINALS.items():
+            assert Path(path).read_bytes() == data, (argv, f"{path} changed")
+    else:
+        for path, data in ORIGINALS.items():  # (a successful run may replace an output it was given)
+            Path(path).write_bytes(data)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -71,6 +78,9 @@ def fixtures():
     write("deep.json", "[" * 5000 + "]" * 5000)
     write("config.json", {"layers": 8, "hidden": 32})
     write("config_number.json", "7")
+    write("existing.json", '{"mine": "not the kit\'s"}')
+    os.mkfifo(TMP / "fifo")
+    ORIGINALS.update({path: Path(path).read_bytes() for path in FILES if os.path.isfile(path)})
     # a drawn output path (--perfetto, --out ...) is relative to the working folder: keep it in TMP, not in
     # the checkout (two such files once landed in a commit)
     here = os.getcwd()
@@ -81,8 +91,11 @@ def fixtures():
 
 
 FILES = [str(TMP / n) for n in ("trace.json", "schedule.txt", "schedule.json", "grid.txt", "binary.bin",
-                                "latin1.txt", "deep.json", "config.json", "config_number.json", "missing.json")] + [
-    str(TMP)]
+                                "latin1.txt", "deep.json", "config.json", "config_number.json", "missing.json",
+                                "existing.json", "fifo")] + [str(TMP), "/dev/zero"]
+ORIGINALS: dict[str, bytes] = {}  # every regular file of FILES, as the fixture wrote it
+OUTPUTS = [str(TMP / "out.json"), "/nonexistent/x.json", str(TMP), str(TMP / "existing.json"), str(TMP / "fifo"),
+           str(TMP / "trace.json"), "/dev/null"]
 
 # command -> its options, each with a pool of values (None: a flag)
 COMMANDS = {
@@ -102,8 +115,8 @@ COMMANDS = {
     "speedup": {"--config": FILES + ["seed-pp8", "tiny"], "--layout": LAYOUT_TEXT, "--pp": INTS,
                 "--microbatches": INTS, "--measured": FLOATS, "--tflops": FLOATS, "--p2p-latency-us": FLOATS,
                 "--p2p-gbps": FLOATS},
-    "draw": {"--trace": FILES, "--pp": INTS, "-m": INTS, "--perfetto": [str(TMP / "out.json"), "/nonexistent/x.json",
-                                                                     str(TMP)]},
+    "draw": {"--trace": FILES, "--pp": INTS, "-m": INTS, "--perfetto": OUTPUTS, "--compare": None,
+             "-o": [p.replace(".json", ".png") for p in OUTPUTS] + OUTPUTS},
     "demo": {},
 }
 

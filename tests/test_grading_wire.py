@@ -188,7 +188,7 @@ def test_grade_answers_malformed_notebooks_in_one_line(tmp_path, tiny_solutions,
 def test_make_labs_check_names_a_corrupt_solution(tmp_path):
     (tmp_path / "lab01_broken.ipynb").write_text('{"cells": [')
     proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "make-labs", "--check", "--solutions", str(tmp_path),
-                           "--labs", str(tmp_path / "labs")], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          check=False)
+                           "--labs", str(tmp_path.parent / f"{tmp_path.name}-labs")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=False)  # (labs inside the solutions would be refused)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "lab01_broken.ipynb: not a readable notebook" in proc.stderr

@@ -11,11 +11,12 @@ notebook names.
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..inputs import InputError, parse_json, read_text
+from ..limits import LimitError
 
 DEFAULT_TIMEOUT = 60.0          # seconds per cell, and per call of the student's code
 DEFAULT_TOTAL_TIMEOUT = 1800.0  # seconds for a whole grade (lab 5's model answer takes ~150 s on 2 cores)
@@ -99,22 +100,14 @@ def read_notebook(path: Path) -> dict:
     """A notebook as plain JSON data whose structure the grader can rely on (cell sources joined into text), or
     a one-line :class:`GradeError` saying what is wrong.  Plain ``json``, not nbformat: it is all the grader
     needs, and it starts in a fraction of the time."""
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_NOTEBOOK_BYTES:
-            raise GradeError(f"{path}: {size:,} bytes is over the {MAX_NOTEBOOK_BYTES:,}-byte limit for a notebook")
-        with open(path, encoding="utf-8") as f:
-            nb = json.load(f)
-    except GradeError:
-        raise
-    except FileNotFoundError:
-        raise GradeError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise GradeError(f"{path}: is a folder, not a notebook") from None
-    except (RecursionError, MemoryError):
-        raise GradeError(f"{path}: not a readable notebook (nested too deeply)") from None
-    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
-        raise GradeError(f"{path}: not a readable notebook ({type(exc).__name__}: {_first_line(exc)})") from None
+    try:  # the kit's one input rule first: a regular file (never a FIFO or a device), its size, strict JSON
+        text = read_text(str(path), "the file")
+        if len(text) > MAX_NOTEBOOK_BYTES:
+            raise GradeError(f"{path}: {len(text):,} characters is over the {MAX_NOTEBOOK_BYTES:,}-byte limit for "
+                             "a notebook")
+        nb = parse_json(text, "its JSON")
+    except (InputError, LimitError) as exc:
+        raise GradeError(f"{path}: not a readable notebook ({exc})") from None
     check_structure(nb, path)
     for cell in nb["cells"]:
         if isinstance(cell.get("source"), list):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from ..inputs import InputError, check_text_size
+from ..inputs import InputError, check_text_size, excerpt
 from ..limits import MAX_OPS, MAX_RANKS, LimitError, check_schedule_size, ops_per_microbatch_stage
 from ..schedules import Op, OpParseError, Schedule, ScheduleConfigError, ScheduleError, build_schedule
 from ..schedules.validate import check_ops, dataflow
@@ -52,8 +52,7 @@ def parse_grid(text: str, fwd_slots: int = 1, bwd_slots: int = 1,
             continue
         match = _ROW_RE.match(line)
         if not match:
-            shown = repr(line) if len(line) <= 60 else repr(line[:56]) + "..."
-            raise GridError(f"row {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 . B0'), got {shown}")
+            raise GridError(f"row {lineno}: expected 'rK: op op ...' (e.g. 'r0: F0 F1 . B0'), got {excerpt(line)}")
         if len(match.group(1)) > 6 or int(match.group(1)) >= MAX_RANKS:
             raise GridError(f"row {lineno}: rank r{match.group(1)[:12]} is beyond the limit of {MAX_RANKS:,} ranks "
                             f"(MAX_RANKS)")
