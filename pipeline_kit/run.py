@@ -2,7 +2,8 @@
 
 The pipeline size is the number of ranks.  Each rank builds only its own stages, walks its own
 op list (:func:`pipeline_kit.runtime.executor.run_step`), and the optimizer steps after the
-flush.  Rank 0 prints one line per step and a summary; ``--json`` / ``--trace`` write files.
+flush.  Rank 0 prints one line per step and a summary; ``--json`` / ``--trace`` write files, into room
+rank 0 reserves before step 1 (:mod:`pipeline_kit.runtime.outputs`).
 """
 
 from __future__ import annotations
@@ -82,22 +83,12 @@ def _seed(text: str) -> int:
     return value
 
 
-def refuse_before_starting(args, world: int) -> str | None:
-    """What to refuse before any process group forms or any step runs: output paths that cannot be
-    written (so a run never trains to the end and then loses its results), a backend the machine
-    cannot give, and a model whose estimated memory passes ``MAX_RUN_MEMORY_BYTES``."""
-    from .inputs import InputError, check_output_path
+def refuse_before_starting(args, local_world: int) -> str | None:
+    """What every rank refuses alike before any process group forms or any step runs: a backend the machine
+    cannot give, and a model whose estimated memory passes ``MAX_RUN_MEMORY_BYTES``.  (The output paths are
+    rank 0's to check and reserve: :func:`pipeline_kit.runtime.outputs.reserve_outputs`.)"""
     from .layout.costs import embedding_params, layer_activation_bytes, layer_params, loss_params
     from .limits import MAX_RUN_MEMORY_BYTES
-    writer = os.environ.get("RANK", "0") == "0"  # rank 0 writes the files, on its own node's file system
-    paths = [(flag, path) for flag, path in (("--json", args.json), ("--trace", args.trace)) if path and writer]
-    try:
-        for flag, path in paths:
-            check_output_path(path, f"argument {flag}")
-    except InputError as exc:
-        return str(exc)
-    if len(paths) == 2 and os.path.abspath(args.json) == os.path.abspath(args.trace):
-        return "arguments --json and --trace name the same file; give each its own"
     m = _model_spec(args)
     params = embedding_params(m) + m.layers * layer_params(m) + loss_params(m)
     logits = m.seq_len * m.micro_batch_size * m.vocab * 4
@@ -111,7 +102,7 @@ def refuse_before_starting(args, world: int) -> str | None:
     from .runtime.env import choose
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
-        choose(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), gpus, args.backend)
+        choose(local_world, gpus, args.backend)
     except ValueError as exc:
         return f"argument --backend: {exc}"
     return None
@@ -125,19 +116,25 @@ def _say(env, text: str, file=sys.stdout) -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    rank = 0  # until the environment says otherwise: a process that cannot tell its rank speaks at once
 
     def usage(message: str) -> int:
         # One line for the job: rank 0 says it and exits, and torchrun then stops the other ranks.  They
         # wait for that rather than exit first -- torchrun would stop rank 0 before it could say why --
-        # and speak only if nobody stopped them (rank 0 is slow, or saw no problem).
+        # and speak only if nobody stopped them (rank 0 is slow, or saw no problem).  A process whose variables
+        # name no rank says it at once: only a launch by hand has such variables, and nobody stops its processes.
         if rank != 0:
             time.sleep(QUIET_RANK_WAIT_S)
         print(f"{parser.prog}: error: {one_line(message)}", file=sys.stderr, flush=True)
         return 2
 
     # Everything that can be checked without a process group is checked first, on every rank alike.
+    from .runtime.env import EnvError, read_place
+    try:
+        place = read_place()
+    except EnvError as exc:
+        return usage(str(exc))
+    rank, world = place.rank, place.world
     from .runtime.faults import Fault, FaultSpecError
     try:
         fault = Fault.parse(args.inject) if args.inject else None
@@ -178,15 +175,33 @@ def main(argv=None) -> int:
     if args.layers < schedule.stages:
         return usage(f"argument --layers: {args.layers} layers cannot fill {schedule.stages} pipeline stages "
                      f"(pp {world} x chunks {schedule.chunks}); use --layers {schedule.stages} or more")
-    problem = refuse_before_starting(args, world)
+    problem = refuse_before_starting(args, place.local_world)
     if problem:
         return usage(problem)
+    # rank 0 writes the files, on its own node's file system: it checks them and holds their room before step 1
+    from .inputs import InputError
+    from .runtime.outputs import reserve_outputs, share_refusal
+    reserved, refusal = None, None
+    try:
+        reserved = reserve_outputs(args, schedule) if rank == 0 else None
+    except InputError as exc:
+        refusal = str(exc)
+    if refusal and world == 1:
+        return usage(refusal)
 
     from .runtime.env import init_distributed
     env = None
     try:
-        env = init_distributed(args.backend, args.p2p_timeout)
-        return _run(args, env, schedule, fault, layout)
+        env = init_distributed(args.backend, args.p2p_timeout, place, say=usage)
+        refusal = share_refusal(refusal) if world > 1 else None  # every rank learns rank 0's refusal, and stops
+        if refusal:
+            import torch.distributed as dist
+            code = usage(refusal) if rank == 0 else 2
+            dist.barrier()  # rank 0 has said it before any rank ends (torchrun would stop it otherwise)
+            return code
+        return _run(args, env, schedule, fault, layout, reserved)
+    except EnvError as exc:
+        return usage(str(exc))
     except Exception as exc:  # noqa: BLE001 - every failure must end this rank now, loudly
         from .runtime.faults import InjectedCrash
         from .runtime.p2p import P2PTimeout
@@ -208,10 +223,15 @@ def main(argv=None) -> int:
             traceback.print_exc()
             code = 1
         sys.stdout.flush()
+        from .interrupts import remove_temporary_files
+        remove_temporary_files()  # the outputs' reservations
         os._exit(code)  # skip destructors that could block on dead peers; torchrun stops the other ranks
+    finally:
+        if reserved is not None:
+            reserved.release_all()
 
 
-def _run(args, env, schedule, fault, layout) -> int:
+def _run(args, env, schedule, fault, layout, reserved) -> int:
     """One rank's job, top to bottom: build its stages, connect, run the steps, report."""
     import torch
 
@@ -237,7 +257,11 @@ def _run(args, env, schedule, fault, layout) -> int:
         summary = _summary(args, env, schedule, cfg, layout, stage_params, latency, job, everyone, step_times,
                            makespans, losses)
         _print_summary(summary, schedule, job)
-        _write_outputs(args, schedule, cfg, summary, everyone, latency)
+        unsaved = _write_outputs(args, schedule, cfg, summary, everyone, latency, reserved)
+        if unsaved:
+            print(f"[rank 0] ERROR: the {args.steps} step(s) ran, but not every output was saved: {unsaved}",
+                  file=sys.stderr, flush=True)
+            return 1
     return 0
 
 
@@ -444,18 +468,21 @@ def _print_summary(summary: dict, schedule, job) -> None:
               f"{summary['max_rel_error']:.2e}; {b} of {t} parameter tensors bitwise equal)")
 
 
-def _write_outputs(args, schedule, cfg, summary: dict, everyone: list[dict], latency: float) -> None:
-    """``--json`` (the summary) and ``--trace`` (the last step, in the trace module's format)."""
+def _write_outputs(args, schedule, cfg, summary: dict, everyone: list[dict], latency: float, reserved) -> str | None:
+    """``--json`` (the summary) and ``--trace`` (the last step, in the trace module's format), each through a
+    temporary file (an interrupted run leaves no half-written output) into the room reserved before step 1;
+    None, or one line saying what was saved where."""
     from .inputs import json_safe, strict_json
-    from .interrupts import write_file_atomically
+    from .runtime.outputs import write_outputs
     from .trace import new_trace
-    if args.json:  # through a temporary file: an interrupted run leaves no half-written output
-        write_file_atomically(args.json, strict_json(json_safe(summary), indent=1))
-    if args.trace:
-        trace = new_trace(schedule, "runtime", max(r["end"] for r in everyone),
-                          [e for r in everyone for e in r["events"]], [w for r in everyone for w in r["waits"]],
-                          latency, cfg.layers, summary["layout"])
-        write_file_atomically(args.trace, strict_json(json_safe(trace)))
+
+    def trace() -> str:
+        return strict_json(json_safe(new_trace(schedule, "runtime", max(r["end"] for r in everyone),
+                                               [e for r in everyone for e in r["events"]],
+                                               [w for r in everyone for w in r["waits"]], latency, cfg.layers,
+                                               summary["layout"])))
+    outputs = [("--json", args.json, lambda: strict_json(json_safe(summary), indent=1)), ("--trace", args.trace, trace)]
+    return write_outputs(reserved, [(flag, path, text) for flag, path, text in outputs if path])
 
 
 def _say_interrupted(signum: int) -> None:
