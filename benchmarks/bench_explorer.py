@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline_kit.viz import render
-from pipeline_kit.viz.figure import KitFigure, png_bytes
+from _cli import parser, run
 
 CASES = [("gpipe", 8, 32, 2), ("1f1b", 8, 32, 2), ("interleaved", 8, 32, 2), ("interleaved", 8, 32, 4),
          ("zb-h1", 8, 32, 2), ("1f1b", 4, 8, 2)]
@@ -44,6 +43,9 @@ kit.explorer(pp=8, microbatches=32)""", "print(*redraw_ms)"]
 
 
 def python_side() -> float:
+    from pipeline_kit.viz import render  # here, not at the top: matplotlib takes seconds to import
+    from pipeline_kit.viz.figure import KitFigure, png_bytes
+
     png_bytes(render("1f1b", 4, 8)[0], tight=False)  # warm-up: fonts, caches
     print(f"{'schedule':<12} {'pp':>3} {'M':>3} {'v':>2} {'explorer ms':>12} {'max':>5} {'fresh figure ms':>16}"
           "  (simulate + draw + PNG; medians of 7)")
@@ -102,11 +104,14 @@ def browser_side() -> float | None:
     return med
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    p = parser(__file__, __doc__)
+    p.add_argument("--python-only", action="store_true", help="time the Python side only, skip the browser")
+    args = p.parse_args(argv)
     worst = python_side()
-    browser = None if "--python-only" in sys.argv else browser_side()
+    browser = None if args.python_only else browser_side()
     return 0 if worst < BUDGET_MS and (browser is None or browser < BUDGET_MS) else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(__file__, main)

@@ -1,19 +1,20 @@
 """How fast is the schedule core?  Generate + validate + simulate large interleaved schedules.
 
 Target (issue #2): under 1 s for pp=32, M=256, v=4 (65,536 ops) on a 2-core laptop-class machine.
-Run: ``python benchmarks/bench_schedules.py`` (``--repeat N`` for more runs; the best is reported).
+Run: ``python benchmarks/bench_schedules.py`` (``--repeat N`` for more runs, at most 100; the best is reported).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from _cli import int_between, parser, run
 from pipeline_kit.schedules import interleaved, validate
 from pipeline_kit.sim import simulate
 
 CASES = [(32, 256, 4), (64, 1024, 2)]
 TARGET_S = {(32, 256, 4): 1.0}
+MAX_REPEAT = 100  # runs per phase: 100 already take minutes
 
 
 def best_of(repeat: int, fn):
@@ -25,10 +26,12 @@ def best_of(repeat: int, fn):
     return best, value
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per phase; the fastest is reported (default 3)")
-    args = parser.parse_args()
+def main(argv=None) -> int:
+    p = parser(__file__, __doc__)
+    repeat = int_between(1, MAX_REPEAT, "runs per phase; each run of the larger case takes about 2 s")
+    p.add_argument("--repeat", type=repeat, default=3, metavar="N",
+                   help=f"runs per phase, 1 to {MAX_REPEAT}; the fastest is reported")
+    args = p.parse_args(argv)
     print(f"{'case':<22} {'ops':>8} {'generate':>9} {'validate':>9} {'simulate':>9} {'total':>8} {'target':>7}")
     failed = False
     for pp, m, v in CASES:
@@ -47,4 +50,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(__file__, main)

@@ -28,35 +28,59 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _cli import ROOT, check_outputs, parser, run, write_json
+from pipeline_kit.argtypes import int_at_most, shown, timeout_seconds
+from pipeline_kit.schedules import SCHEDULES, ScheduleConfigError, build_schedule
 
-from pipeline_kit.argtypes import OneLineParser  # noqa: E402
-from pipeline_kit.schedules import SCHEDULES, build_schedule  # noqa: E402
-
-SMALL = ["--layers", "8", "--hidden", "64", "--heads", "4", "--seq-len", "32", "--micro-batch-size", "2",
+LAYERS = 8  # of the model every job trains: one layer per stage at least, so pp x chunks <= 8
+SMALL = ["--layers", str(LAYERS), "--hidden", "64", "--heads", "4", "--seq-len", "32", "--micro-batch-size", "2",
          "--vocab", "256"]
 LABS = ["lab05_p2p", "lab06_stages"]
+LAB_TIMEOUT_FACTOR = 3  # a lab's grade may take this many --timeout (it starts several torchrun jobs)
+PIPELINE_SIZE = int_at_most("MAX_RANKS", "ranks")
+
+
+def pipeline_sizes(text: str) -> list[int]:
+    """``--pp``: comma-separated pipeline sizes, each a positive integer within ``MAX_RANKS``, none twice."""
+    sizes = []
+    for i, field in enumerate(text.split(","), start=1):
+        try:
+            pp = PIPELINE_SIZE(field)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"value {i} of {shown(text)} is not a pipeline size: {exc}") from None
+        if pp in sizes:
+            raise argparse.ArgumentTypeError(f"pp {pp} is given twice in {shown(text)}")
+        sizes.append(pp)
+    return sizes
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = OneLineParser(prog="python benchmarks/gpu_check.py", description=__doc__.splitlines()[0])
-    p.add_argument("--pp", default="2,4", help="pipeline sizes to run (default 2,4)")
-    p.add_argument("--schedules", default=",".join(SCHEDULES), help="families (default: all)")
+    p = parser(__file__, __doc__)
+    p.add_argument("--pp", type=pipeline_sizes, default="2,4",
+                   help=f"pipeline sizes to run; the jobs' model has {LAYERS} layers, one per stage at least, so pp "
+                        f"is at most {LAYERS} (at most {LAYERS // 2} for the families with 2 chunks per rank)")
+    p.add_argument("--schedules", default=",".join(SCHEDULES), help="families, comma-separated")
     p.add_argument("--skip-labs", action="store_true", help="do not grade the labs' torchrun notebooks")
-    p.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    p.add_argument("--json", metavar="FILE", help="write every result as JSON (checked before any job runs)")
     p.add_argument("--plan", action="store_true", help="print the commands, run nothing")
     p.add_argument("--allow-cpu", action="store_true", help="run even without CUDA (gloo on CPU, no memory figures)")
-    p.add_argument("--timeout", type=float, default=600, help="seconds per torchrun job (default 600)")
+    p.add_argument("--timeout", type=timeout_seconds, default=600.0, metavar="S",
+                   help=f"seconds per torchrun job; a lab's grade gets {LAB_TIMEOUT_FACTOR} times as many")
     args = p.parse_args(argv)
-    try:
-        args.pp = [int(x) for x in args.pp.split(",")]
-    except ValueError:
-        p.error(f"argument --pp: expected comma-separated integers such as 2,4, got {args.pp!r}")
     args.schedules = args.schedules.split(",")
     unknown = [s for s in args.schedules if s not in SCHEDULES]
     if unknown:
         p.error(f"argument --schedules: unknown {unknown}; choose from {', '.join(SCHEDULES)}")
+    for pp in args.pp:  # refused here, not by pipeline_kit.run after the jobs before it have run
+        for name in args.schedules:
+            try:
+                stages = build_schedule(name, pp, 2 * pp).stages
+            except ScheduleConfigError as exc:
+                p.error(f"--schedules {name} with --pp {pp}: {exc}")
+            if stages > LAYERS:
+                p.error(f"argument --pp: {name} on {pp} ranks has {stages} stages, more than the jobs' model has "
+                        f"layers ({LAYERS}): give smaller pipeline sizes")
+    check_outputs(p, {"--json": args.json})
     return args
 
 
@@ -89,7 +113,12 @@ def check_schedules(args, tmp: Path) -> list[dict]:
         for name in args.schedules:
             out = tmp / f"{name}-pp{pp}.json"
             t0 = time.monotonic()
-            proc = torchrun(pp, *run_args(name, pp, out), timeout=args.timeout)
+            try:
+                proc = torchrun(pp, *run_args(name, pp, out), timeout=args.timeout)
+            except subprocess.TimeoutExpired as exc:  # the job was stopped: a failure of this run, not the end
+                said = f"timed out after {args.timeout:g} s (--timeout)"
+                proc = subprocess.CompletedProcess(exc.cmd, None, exc.output or "",
+                                                   f"{exc.stderr}\n{said}" if exc.stderr else said)
             took = time.monotonic() - t0
             first = proc.stdout.splitlines()[0] if proc.stdout else ""
             result = {"schedule": name, "pp": pp, "returncode": proc.returncode, "seconds": round(took, 1),
@@ -109,7 +138,8 @@ def check_schedules(args, tmp: Path) -> list[dict]:
 def print_schedule_result(res: dict) -> None:
     head = f"{res['schedule']:<15} pp={res['pp']}"
     if res["returncode"] != 0 or "grads_match" not in res:
-        print(f"{head}  FAILED (exit {res['returncode']}): {res.get('stderr_tail', '')[-300:]}", flush=True)
+        why = "stopped" if res["returncode"] is None else f"exit {res['returncode']}"
+        print(f"{head}  FAILED ({why}): {res.get('stderr_tail', '')[-300:]}", flush=True)
         return
     b, t = res["grads_bitwise"]
     print(f"{head}  {res['backend']}/{res['device']}  grads match: {res['grads_match']} "
@@ -129,7 +159,12 @@ def check_labs(args) -> list[dict]:
     for lab in LABS:
         cmd = [sys.executable, "-m", "pipeline_kit", "grade", str(ROOT / "solutions" / f"{lab}.ipynb"), "--json",
                "--timeout", "300"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout * 3, check=False)
+        timeout = args.timeout * LAB_TIMEOUT_FACTOR
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(cmd, None, "", f"timed out after {timeout:g} s "
+                                               f"({LAB_TIMEOUT_FACTOR} x --timeout)")
         try:
             report = json.loads(proc.stdout)
             res = {"lab": lab, "score": report["score"], "max_score": report["max_score"],
@@ -169,14 +204,10 @@ def main(argv=None) -> int:
     ok = all(r["returncode"] == 0 and r.get("grads_match") for r in schedules) and all(
         r["score"] is not None and r["score"] == r["max_score"] for r in labs)
     if args.json:
-        Path(args.json).write_text(json.dumps({"gpus": gpus, "ok": ok, "schedules": schedules, "labs": labs},
-                                              indent=1))
+        write_json(args.json, {"gpus": gpus, "ok": ok, "schedules": schedules, "labs": labs})
     print(f"gpu_check: {'all passed' if ok else 'FAILURES above'} ({len(schedules)} runs, {len(labs)} labs)")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except BrokenPipeError:  # e.g. `--plan | head`
-        raise SystemExit(0) from None
+    run(__file__, main)

@@ -22,23 +22,43 @@ import subprocess
 import sys
 import time
 
+from _cli import int_between, parser, run
+from pipeline_kit.argtypes import int_at_most
+from pipeline_kit.limits import MAX_RUN_MEMORY_BYTES, MAX_STEPS
+
+HEADS = 4  # attention heads of the GPT both runtimes train
+MAX_NPROC = 64  # ranks: every one is a process of this machine, holding a copy of torch
+MODEL_DIM = int_at_most("MAX_MODEL_DIM", "")
+
 
 def parse(argv=None):
-    from pipeline_kit.argtypes import OneLineParser, non_negative_int, positive_int
     from pipeline_kit.schedules import FAMILIES, ScheduleConfigError, build_schedule
 
-    p = OneLineParser(prog="python benchmarks/vs_torch_pipelining.py", description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=positive_int, default=30, help="timed steps per runtime and schedule (default 30)")
-    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps per runtime first (default 2)")
-    p.add_argument("--nproc", type=positive_int, default=4, help="ranks = pipeline size (default 4)")
-    p.add_argument("--layers", type=positive_int, default=8)
-    p.add_argument("--hidden", type=positive_int, default=128)
-    p.add_argument("--seq-len", type=positive_int, default=64)
-    p.add_argument("--micro-batch-size", type=positive_int, default=2)
-    p.add_argument("--microbatches", type=positive_int, default=8)
+    p = parser(__file__, __doc__)
+    p.add_argument("--steps", type=int_between(2, MAX_STEPS, "2 at least, for the quartiles; MAX_STEPS"), default=30,
+                   help="timed steps per runtime and schedule")
+    p.add_argument("--warmup", type=int_between(0, MAX_STEPS, "MAX_STEPS"), default=2,
+                   help="untimed steps per runtime first")
+    p.add_argument("--nproc", type=int_between(1, MAX_NPROC, "every rank is a process on this machine"), default=4,
+                   help=f"ranks = pipeline size, at most {MAX_NPROC}")
+    p.add_argument("--layers", type=int_at_most("MAX_LAYERS", "layers"), default=8, help="decoder layers")
+    p.add_argument("--hidden", type=MODEL_DIM, default=128, help=f"hidden size, a multiple of the {HEADS} heads")
+    p.add_argument("--seq-len", type=MODEL_DIM, default=64, help="sequence length")
+    p.add_argument("--micro-batch-size", type=MODEL_DIM, default=2, help="sequences per microbatch")
+    p.add_argument("--microbatches", type=int_at_most("MAX_MICROBATCHES", "microbatches"), default=8,
+                   help="microbatches per step")
     p.add_argument("--schedules", default=None, help="comma-separated kit names (default: all seven)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker:  # --nproc is not forwarded (torchrun would take it for its own --nproc-per-node)
+        args.nproc = int(os.environ.get("WORLD_SIZE", args.nproc))
+    if args.hidden % HEADS:
+        p.error(f"argument --hidden: {args.hidden} is not divisible by the model's {HEADS} attention heads")
+    needed = job_memory_bytes(args)
+    if needed > MAX_RUN_MEMORY_BYTES:
+        p.error(f"the job needs about {needed / 2**30:,.1f} GiB, more than the limit of "
+                f"{MAX_RUN_MEMORY_BYTES / 2**30:g} GiB (MAX_RUN_MEMORY_BYTES): use a smaller --hidden, --seq-len, "
+                "--micro-batch-size, --layers or --microbatches")
     # checked here, before torchrun starts workers that would each fail on it with a traceback
     known = [n for n, f in FAMILIES.items() if f.torch_class]
     names = args.schedules.split(",") if args.schedules else known
@@ -55,6 +75,19 @@ def parse(argv=None):
             p.error(f"argument --layers: {name} on {args.nproc} ranks has {stages} stages, each needs a layer: "
                     f"use --layers {stages} or more")
     return args
+
+
+def job_memory_bytes(args) -> float:
+    """About what the whole job holds, all ranks together: two copies of the model (the kit's, PyTorch's), fp32
+    weights and gradients each, and one runtime's activations of every microbatch on every layer (they take
+    turns) -- pipeline_kit.run's estimate, with the second copy."""
+    from pipeline_kit.layout.costs import ModelSpec, embedding_params, layer_activation_bytes, layer_params, loss_params
+
+    m = ModelSpec(seq_len=args.seq_len, hidden=args.hidden, heads=HEADS, layers=args.layers,
+                  micro_batch_size=args.micro_batch_size, dtype_bytes=4)
+    params = embedding_params(m) + m.layers * layer_params(m) + loss_params(m)
+    logits = m.seq_len * m.micro_batch_size * m.vocab * 4
+    return 2 * 2 * 4 * params + args.microbatches * (m.layers * layer_activation_bytes(m) + 2 * logits)
 
 
 def worker(args) -> None:
@@ -74,7 +107,7 @@ def worker(args) -> None:
     load_before = os.getloadavg()[0]
     env = init_distributed("gloo")
     pp, rank, m = env.world, env.rank, args.microbatches
-    cfg = GPTConfig(layers=args.layers, hidden=args.hidden, seq_len=args.seq_len, heads=4)
+    cfg = GPTConfig(layers=args.layers, hidden=args.hidden, seq_len=args.seq_len, heads=HEADS)
     shape = (args.micro_batch_size, args.seq_len, args.hidden)
     rows = []
     names = args.schedules.split(",") if args.schedules else [n for n, f in FAMILIES.items() if f.torch_class]
@@ -139,9 +172,12 @@ def report(rows, args, pp: int, load_before: float) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    args = parse()
+def main(argv=None) -> int:
+    args = parse(argv)
     if args.worker:
+        from pipeline_kit.interrupts import exit_on_signals_from_a_watcher
+
+        exit_on_signals_from_a_watcher(lambda signum: None)  # torchrun stopping it: the parent says "interrupted"
         worker(args)
         return 0
     here = os.path.abspath(__file__)
@@ -150,8 +186,14 @@ def main() -> int:
                  if k not in ("nproc", "worker") and v is not None]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc), here,
            "--worker", *forwarded]
-    return subprocess.call(cmd)
+    job = subprocess.Popen(cmd, start_new_session=True)  # so a Ctrl-C reaches this process only, which then
+    try:  # stops the job in order: torchrun, then its workers (each in its own session), none left running
+        return job.wait()
+    except BaseException:
+        from pipeline_kit.launch import stop_job
+        stop_job(job)
+        raise
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(__file__, main)
