@@ -2,8 +2,9 @@
 
 Each example runs ``python -m pipeline_kit`` in this process (``bounded.run_cli``) under a time
 limit and a 4 GiB memory cap, and must end with exit code 0, 1 or 2, no traceback, and -- when it
-refuses -- exactly one line on stderr.  (Notebooks, ``grade`` and ``make-labs`` are fuzzed with the
-grading engine.)  Sizes in the pools sit just past each limit, never on it: an input exactly at a
+refuses -- exactly one line of at most 1,000 bytes on stderr; a failing run changes no file it was given.
+(``grade`` and ``make-labs`` get drawn files and folders here, none of them a notebook; real notebooks are
+fuzzed with the grading engine.)  Sizes in the pools sit just past each limit, never on it: an input exactly at a
 limit is allowed and may take its documented seconds, which a fuzz example should not spend.
 """
 
@@ -118,6 +119,10 @@ COMMANDS = {
     "draw": {"--trace": FILES, "--pp": INTS, "-m": INTS, "--perfetto": OUTPUTS, "--compare": None,
              "-o": [p.replace(".json", ".png") for p in OUTPUTS] + OUTPUTS},
     "demo": {},
+    # refused before any kernel or release starts: no FILE is a notebook, no folder of FILES holds solutions
+    "grade": {"NOTEBOOK": FILES, "--timeout": FLOATS, "--total-timeout": FLOATS, "--seed": INTS,
+              "--solutions": FILES, "--json": None},
+    "make-labs": {"--solutions": FILES, "--labs": FILES + OUTPUTS, "--check": None},
 }
 
 
@@ -128,12 +133,14 @@ def argv(draw):
     out = [command]
     for name in draw(st.lists(st.sampled_from(sorted(options) or ["--json"]), max_size=6, unique=True)):
         pool = options.get(name, None)
-        if name in ("FILE", "LAYOUT"):
+        if name in ("FILE", "LAYOUT", "NOTEBOOK"):
             out.insert(1, draw(st.sampled_from(pool)))
         elif pool is None:
             out.append(name)
         else:
             out += [name, draw(st.sampled_from(pool) | st.text(max_size=6))]
+    if command == "make-labs" and "--solutions" not in out:  # (the kit's own solutions: seconds of release)
+        out += ["--solutions", draw(st.sampled_from(FILES))]
     if draw(st.booleans()):  # sometimes one stray word
         out.insert(draw(st.integers(0, len(out))), draw(st.text(max_size=6)))
     return out
