@@ -11,9 +11,12 @@ methods), so a new public function fails here until it is listed.
 
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,8 +44,18 @@ LAYOUT = parse_layout("Et|tL")
 SPEC = ModelSpec(layers=2)
 ITEMS = ItemTimes.uniform(2)
 SERVICES = trace.service_times(TRACE)
-TRACE_FILE = Path(tempfile.mkdtemp(prefix="pipeline-kit-api-")) / "trace.json"
-TRACE_FILE.write_text(json.dumps(TRACE))
+# named at import (the table below holds it), made and removed by the module's fixture: no folder is left behind
+TRACE_FILE = Path(tempfile.gettempdir()) / f"pipeline-kit-api-{os.getpid()}-{uuid.uuid4().hex[:8]}" / "trace.json"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def trace_file():
+    TRACE_FILE.parent.mkdir()
+    TRACE_FILE.write_text(json.dumps(TRACE))
+    yield
+    shutil.rmtree(TRACE_FILE.parent, ignore_errors=True)
+
+
 F0, F1, B0, B1 = Op("F", 0), Op("F", 1), Op("B", 0), Op("B", 1)
 
 # (name, function, good keyword arguments, {argument: other words a refusal may name it by}).  Text parsers name

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def fuzz(examples: int) -> settings:
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-TMP = Path(tempfile.mkdtemp(prefix="pipeline-kit-fuzz-"))
+TMP = Path(tempfile.gettempdir()) / f"pipeline-kit-fuzz-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # made by fixtures()
 
 INTS = ["0", "1", "2", "3", "4", "8", "-1", "1025", "1000001", "99999999999999999999", "1e3", "abc", "", " 4"]
 FLOATS = ["0", "1", "2.5", "-1", "nan", "inf", "-inf", "1e308", "1e15", "1e-300", "abc", "", "1,2"]
@@ -69,6 +70,7 @@ def assert_bounded(result, argv) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def fixtures():
+    TMP.mkdir()
     trace = {**simulate(build_schedule("1f1b", 2, 2)).to_dict(), "waits": [], "layers": 8, "layout": "Et*4|t*4L"}
     write("trace.json", trace)
     write("schedule.txt", build_schedule("1f1b", 2, 3).to_text())
