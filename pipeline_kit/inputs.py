@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .limits import MAX_FILE_BYTES, MAX_JSON_DEPTH, LimitError, check_at_most, check_number
+from .limits import LIMITS, MAX_JSON_DEPTH, LimitError, check_at_most, check_number
 
 
 class InputError(ValueError):
@@ -36,34 +36,35 @@ def check_text_size(text: str, what: str) -> str:
     return text
 
 
-def read_text(path: str, what: str) -> str:
+def read_text(path: str, what: str, limit: str = "MAX_FILE_BYTES") -> str:
     """The UTF-8 text of ``path`` (``-``: standard input; a byte-order mark is allowed), or one line saying why not.
 
     What the path names is checked before it is opened: a regular file (or ``-``) only -- a FIFO, a device, a
     socket or a folder is refused without opening it, so nothing blocks and ``/dev/zero`` is not read -- of at
-    most ``MAX_FILE_BYTES`` bytes (its size, and again the bytes read: at most one past the limit).  Refused
-    too: NUL bytes (a binary file) and anything that is not valid UTF-8 (the message gives line and byte).
+    most ``limit`` bytes (a limit of :mod:`pipeline_kit.limits`, by name: its size, and again the bytes read, at
+    most one past the limit).  Refused too: NUL bytes (a binary file) and anything that is not valid UTF-8 (the
+    message gives line and byte).
     """
+    where = f"{what} (standard input)" if path == "-" else f"{what} {path!r}"
     if path == "-":
-        data = _read_bounded(sys.stdin.buffer, f"{what} (standard input)")
+        data = _read_bounded(sys.stdin.buffer, where, limit)
     else:
         _check_path_text(path, what)
-        _check_regular_input(path, what)
+        _check_regular_input(path, what, limit)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         except OSError as exc:
             raise InputError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the check: still never read
-                raise InputError(f"{what} {path!r} is not a regular file")
+                raise InputError(f"{where} is not a regular file")
             os.set_blocking(fd, True)
             with os.fdopen(fd, "rb", closefd=False) as fh:
-                data = _read_bounded(fh, f"{what} {path!r}")
+                data = _read_bounded(fh, where, limit)
         except OSError as exc:
             raise InputError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
         finally:
             os.close(fd)
-    where = f"{what} {path!r}" if path != "-" else f"{what} (standard input)"
     nul = data.find(b"\0")
     if nul >= 0:
         raise InputError(f"{where} is a binary file (byte {nul} is NUL), not text")
@@ -75,10 +76,10 @@ def read_text(path: str, what: str) -> str:
                          f"0x{data[exc.start]:02x}") from None
 
 
-def _read_bounded(fh, where: str) -> bytes:
-    data = fh.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise LimitError(f"{where} is larger than the limit of {MAX_FILE_BYTES:,} bytes (MAX_FILE_BYTES)")
+def _read_bounded(fh, where: str, limit: str) -> bytes:
+    data = fh.read(LIMITS[limit] + 1)
+    if len(data) > LIMITS[limit]:
+        raise LimitError(f"{where} is larger than the limit of {LIMITS[limit]:,} bytes ({limit})")
     return data
 
 
@@ -88,8 +89,8 @@ def _kind(mode: int) -> str:
             "not a regular file")
 
 
-def _check_regular_input(path: str, what: str) -> None:
-    """The one input rule: ``path`` (links followed) is a regular file of at most ``MAX_FILE_BYTES`` bytes."""
+def _check_regular_input(path: str, what: str, limit: str) -> None:
+    """The one input rule: ``path`` (links followed) is a regular file of at most ``LIMITS[limit]`` bytes."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -98,8 +99,8 @@ def _check_regular_input(path: str, what: str) -> None:
         raise InputError(f"{what} {path!r} is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{what} {path!r} is {_kind(st.st_mode)}, not a regular file; give a file")
-    if st.st_size > MAX_FILE_BYTES:
-        raise LimitError(f"{what} {path!r} is larger than the limit of {MAX_FILE_BYTES:,} bytes (MAX_FILE_BYTES): "
+    if st.st_size > LIMITS[limit]:
+        raise LimitError(f"{what} {path!r} is larger than the limit of {LIMITS[limit]:,} bytes ({limit}): "
                          f"it has {st.st_size:,}")
 
 
@@ -119,14 +120,14 @@ def check_output_path(path: str, what: str, inputs: Iterable[str] = ()) -> str:
     followed, so the file it names is the one replaced.  Nothing is created: the check leaves no file behind."""
     _check_path_text(path, what)
     folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise InputError(f"{what}: {path!r} is a folder; give a file name")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
     except OSError as exc:
         raise InputError(f"{what}: cannot write {path!r}: {exc.strerror or exc}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{what}: {path!r} is a folder; give a file name")
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise InputError(f"{what}: {path!r} is {_kind(st.st_mode)}; an output is written only to a regular file "
                          "(give another name)")
@@ -235,9 +236,9 @@ def _check_depth(value, what: str) -> None:
         depth += 1
 
 
-def read_json(path: str, what: str):
+def read_json(path: str, what: str, limit: str = "MAX_FILE_BYTES"):
     """:func:`read_text` then :func:`parse_json`, errors naming ``what`` and the file."""
-    return parse_json(read_text(path, what), f"{what} {path}")
+    return parse_json(read_text(path, what, limit), f"{what} {path}")
 
 
 def json_safe(value):

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from ..inputs import InputError, check_output_path, inside, parse_json, read_text
+from ..inputs import InputError, check_output_path, inside, read_json, read_text
 from ..interrupts import write_file_atomically
 from ..limits import LimitError
 
@@ -119,7 +119,7 @@ def _manifest(labs: Path) -> list[str]:
     if not path.is_file():
         return []
     try:
-        data = parse_json(read_text(str(path), "the labs' manifest"), str(path))
+        data = read_json(str(path), "the labs' manifest")
     except (InputError, LimitError) as exc:
         raise ReleaseError(f"{exc} (remove it, and make-labs removes no notebook of yours)") from None
     names = data.get("notebooks") if isinstance(data, dict) else None

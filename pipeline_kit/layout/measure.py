@@ -35,10 +35,11 @@ def check_rebuild_size(trace: dict, limit: str = "MAX_OPS") -> None:
                   f"microbatches={trace['microbatches']}) has up to {ops:,} ops, which", ops, limit, "ops")
 
 
-def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0, limit: str = "MAX_OPS"):
+def simulate_from_trace(trace: dict, stat: str = "mean", scale: float = 1.0):
     """Simulate the traced schedule with the trace's own service times and P2P latency (times x ``scale``); its
-    size is checked against ``limit`` first (:func:`check_rebuild_size`)."""
-    check_rebuild_size(trace, limit)
+    size is checked against ``MAX_OPS`` first (:func:`check_rebuild_size`; a drawing checks ``MAX_DRAW_OPS``
+    before it gets here)."""
+    check_rebuild_size(trace)
     chunks = trace["chunks"]
     name = trace["schedule"].replace("-forward-only", "")
     services = service_times(trace)

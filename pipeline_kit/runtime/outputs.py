@@ -18,7 +18,7 @@ import os
 import tempfile
 from collections.abc import Callable
 
-from ..inputs import InputError, check_output_path
+from ..inputs import InputError, check_output_path, same_file
 from ..interrupts import TEMPORARY_FILES, write_file_atomically
 
 # Measured on real --trace files (pipeline_kit.run, gloo on CPU: 1f1b, interleaved, zb-h1 and dualpipev on 2 and 4
@@ -114,7 +114,7 @@ def reserve_outputs(args, schedule) -> Reserved:
     try:
         for flag, path in paths:
             check_output_path(path, f"argument {flag}")
-        if len(paths) == 2 and os.path.abspath(args.json) == os.path.abspath(args.trace):
+        if len(paths) == 2 and same_file(args.json, args.trace):
             raise InputError("arguments --json and --trace name the same file; give each its own")
         for flag, path in paths:
             reserved.hold(flag, path, *sizes[flag])
