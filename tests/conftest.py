@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,25 @@ def pytest_sessionfinish(session, exitstatus):
         proc.wait()
     _build["log"].close()
     shutil.rmtree(_build["dir"], ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_sandbox_outlives_its_test():
+    """Fail the test after which a grade's sandbox process (launcher, relay, kernel, kit-free run) is still alive,
+    and end it: a leak is blamed on the test that made it, not on every later test that looks."""
+    from lab_grading import sandbox_processes
+
+    before = set(sandbox_processes())
+    yield
+    deadline = time.monotonic() + 5  # (a grader killed outright: its sandbox dies with it, a moment later)
+    while (left := set(sandbox_processes()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"processes of a grade's sandbox outlived the test: {sorted(left)}"
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -287,6 +287,32 @@ def test_sigterm_ends_the_grade_its_kernel_and_its_files(tmp_path, request):
     assert sandbox_processes() == [], "processes of the kernel outlived the grade"
 
 
+@pytest.mark.parametrize("sig,after", [(signal.SIGTERM, 0.1), (signal.SIGTERM, 0.4), (signal.SIGKILL, 0.1),
+                                       (signal.SIGKILL, 3.0)],
+                         ids=["sigterm-starting", "sigterm-started", "sigkill-starting", "sigkill-running"])
+def test_a_grade_ended_at_any_moment_leaves_no_process(tmp_path, request, sig, after):
+    """SIGTERM while the kernel starts (the CI's leak: a kernel no caller held yet), or SIGKILL, which runs no
+    clean-up at all: every process of the sandbox dies with the grader (the launcher's PR_SET_PDEATHSIG)."""
+    path = with_answers(tmp_path, LAB4, {"phases": "import time\ntime.sleep(120)\n"})
+    tmp = Path(tempfile.mkdtemp(prefix="pk-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    before = set(sandbox_processes())
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline_kit", "grade", str(path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    deadline = time.monotonic() + 120
+    while not set(sandbox_processes()) - before and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(after)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig if sig == signal.SIGTERM else proc.returncode == -sig, (proc.returncode, err)
+    deadline = time.monotonic() + 5
+    while (left := set(sandbox_processes()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"processes of the sandbox outlived the grade {after:g} s after it started its kernel"
+
+
 def test_grading_imports_neither_torch_nor_matplotlib():
     code = ("import sys\nimport pipeline_kit.grading, pipeline_kit.grading.engine, pipeline_kit.grading.notebook\n"
             "import pipeline_kit.grading.wire, pipeline_kit.grading.serve, pipeline_kit.grading.sandbox\n"

@@ -1,6 +1,6 @@
 """The first process of every program the grader runs for a student: isolate it, then exec it (stdlib only).
 
-Run as ``python -I -S _sandbox_init.py STATUS_FD`` by :mod:`pipeline_kit.grading.sandbox`, which writes the
+Run as ``python -I -S _sandbox_init.py STATUS_FD GRADER_PID`` by :mod:`pipeline_kit.grading.sandbox`, which writes the
 configuration to its stdin and reads the start-up report from the pipe ``STATUS_FD``.  The configuration names
 the programs to start (a kernel and the relay that is the grader's only line to it, or one kit-free run) and the
 pipe ends each of them keeps.  It is a script, not a
@@ -21,8 +21,9 @@ module of the package, so it starts in a few milliseconds.  Why it is built this
   pid 1 that ends the sandbox when its processes' resident memory and its tmpfs mounts together pass the limit.
 
 Process tree: this script forks; the child is pid 1 of the new pid namespace, reaps orphans and watches memory;
-it forks the program.  When this outer process dies (the grader kills it), pid 1 dies (``PR_SET_PDEATHSIG``) and
-the kernel takes every process of the namespace down with it.  With ``"mode": "off"`` (the caller's explicit
+it forks the program.  This outer process dies with the grader, even one killed outright (``PR_SET_PDEATHSIG``,
+set first thing); when it dies (the grader kills it), pid 1 dies too and the kernel takes every process of the
+namespace down with it.  With ``"mode": "off"`` (the caller's explicit
 choice) it only sets the rlimits and execs the program, unisolated.
 """
 
@@ -227,16 +228,16 @@ def join_cgroups(dirs: list[str]) -> None:
 
 def start_program(prog: dict, others: list[int], isolated: bool, root: bool, limits: dict,
                   wait_for: int | None = None) -> int:
-    """Fork and exec one program: it keeps only its own pipe ends (``prog["fds"]``) of those the grader passed.
-    With ``wait_for`` (an outside program), it dies with the launcher and first waits for pid 1's go-ahead."""
+    """Fork and exec one program: it keeps only its own pipe ends (``prog["fds"]``) of those the grader passed,
+    and dies with its parent.  With ``wait_for`` (an outside program), it first waits for pid 1's go-ahead."""
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         for fd in prog.get("fds", []):
             os.close(fd)
         return pid
     try:
-        if wait_for is not None:
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        die_with_parent(parent)
         for fd in others:
             if fd not in prog.get("fds", []):
                 try:
@@ -250,6 +251,7 @@ def start_program(prog: dict, others: list[int], isolated: bool, root: bool, lim
         if isolated:
             drop_privileges(root)
         set_limits(limits)
+        die_with_parent(parent)  # once more: a change of user (the drop to nobody) clears the request
         os.chdir(prog["cwd"])
         os.execve(prog["argv"][0], prog["argv"], dict(prog["env"]))
     finally:
@@ -299,8 +301,17 @@ def supervise(programs: list[int], limit: int | None, mounts: list[str]) -> None
         time.sleep(WATCH_S)
 
 
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies -- even a grader killed outright, which runs no clean-up -- and
+    exit now if the parent is already gone (it died before the request took effect)."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(3)
+
+
 def main() -> None:
     status = int(sys.argv[1])
+    die_with_parent(int(sys.argv[2]))  # the grader's pid
     try:
         cfg = read_config()
         join_cgroups(cfg.get("cgroups", []))

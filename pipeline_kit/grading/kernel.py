@@ -144,9 +144,13 @@ class StudentKernel:
                 os.close(to_relay[1])
                 os.close(from_relay[0])
         self.to_relay, self.lines = nonblocking(to_relay[1]), JsonLines(from_relay[0])
-        started = time.monotonic()
-        self._send(info, started + START_TIMEOUT)  # the relay's first line: the kernel's connection information
-        ready = self.lines.get(started + START_TIMEOUT)
+        try:  # (an interrupt while the kernel starts must end it too: no caller holds this object yet)
+            started = time.monotonic()
+            self._send(info, started + START_TIMEOUT)  # the relay's first line: the kernel's connection information
+            ready = self.lines.get(started + START_TIMEOUT)
+        except BaseException:
+            self.shutdown()
+            raise
         if not (isinstance(ready, dict) and ready.get("op") == "ready"):
             self.shutdown()
             raise KernelUnavailable("the kernel did not start" + (" in time" if ready is ... else ""))

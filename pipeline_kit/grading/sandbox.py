@@ -294,29 +294,31 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
            "limits": {"memory": MEMORY_LIMIT, "processes": PROCESS_LIMIT, "file_size": FILE_SIZE_LIMIT, "core": 0,
                       "total_memory": TOTAL_MEMORY}}
     status_r, status_w = os.pipe()
+    box = None
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), str(status_w)], stdin=subprocess.PIPE,
-                                stdout=stdout, stderr=subprocess.DEVNULL, pass_fds=(status_w, *passed),
-                                start_new_session=True, cwd="/")
-    except OSError as exc:
-        os.close(status_r)
+        # the launcher dies with this process, even a SIGKILLed one (it checks that its parent is still this one)
+        proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), str(status_w), str(os.getpid())],
+                                stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.DEVNULL,
+                                pass_fds=(status_w, *passed), start_new_session=True, cwd="/")
+        box = Box(proc, "off" if off else "?", group)
         os.close(status_w)
-        if group:
-            group.remove()
-        raise SandboxUnavailable(f"the sandbox's launcher did not start ({exc})") from None
-    os.close(status_w)
-    box = Box(proc, "off" if off else "?", group)
-    try:
+        status_w = None
         proc.stdin.write(json.dumps(cfg).encode())
         proc.stdin.close()
         proc.stdin = None
-        lines = _read_report(status_r)
-    except BaseException:
-        box.stop()
+        return _started(box, _read_report(status_r))
+    except BaseException as exc:  # an interrupt too: a launcher no caller holds yet must not outlive the grade
+        if box is not None:
+            box.stop()
+        elif group:
+            group.remove()
+        if isinstance(exc, OSError) and box is None:
+            raise SandboxUnavailable(f"the sandbox's launcher did not start ({exc})") from None
         raise
     finally:
-        os.close(status_r)
-    return _started(box, lines)
+        for fd in (status_r, status_w):
+            if fd is not None:
+                os.close(fd)
 
 
 def _started(box: Box, lines: list[dict]) -> Box:
