@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import names, remote, sandbox
+from . import names, parts, remote, sandbox
 from .kernel import CellResult, KernelDied, KernelUnavailable, StudentKernel, StudentTimeout
 from .notebook import (
     DEFAULT_TIMEOUT,
@@ -38,7 +38,7 @@ from .notebook import (
 from .report import Report
 
 MAX_RESTARTS = 5
-FEEDBACK_LIMIT = 400
+FEEDBACK_LIMIT = 1000  # up to three failing parts (parts.MAX_LISTED), each at most 300 characters
 
 
 def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -236,7 +236,7 @@ class Run:
             self.bind_names(origins)
             remote.activate(self.session)
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                exec(compile(source, f"<test cell {gid}>", "exec"), self.namespace)  # noqa: S102 -- canonical test
+                outcome = parts.run_test_cell(source, self.namespace, f"<test cell {gid}>")
         except StudentTimeout as exc:
             return CellResult("timeout", f"your code {exc} (an infinite loop? a wait that never ends?)")
         except KernelDied as exc:
@@ -245,7 +245,7 @@ class Run:
             return CellResult("error", f"{type(exc).__name__}: {exc}")
         finally:
             remote.activate(None)
-        return CellResult("ok")
+        return CellResult("ok") if outcome.earned >= 1.0 else CellResult("error", outcome.feedback, outcome.earned)
 
     def bind_names(self, origins: dict) -> None:
         ns = self.namespace
@@ -299,7 +299,7 @@ def build_report(notebook: str, lab: str, seed: int, merged, results: list[CellR
                 feedback = f"{feedback} (your answer cell '{group[0][0]}' failed: {group[0][1]})"
             else:
                 feedback = f"{feedback} (your answer cells failed: {'; '.join(f'{g!r}: {w}' for g, w in group)})"
-        report.add(gid, points, False, feedback)
+        report.add(gid, points, res.earned if res.status == "error" else False, feedback)
     return report
 
 

@@ -52,6 +52,7 @@ class KernelUnavailable(Exception):
 class CellResult:
     status: str  # "ok", "error", "timeout", "died", "skipped"
     message: str = ""
+    earned: float = 0.0  # a test cell that failed in part: the share of its points its passing parts earned
 
 
 class JsonLines:

@@ -9,6 +9,7 @@ sends the probe function's source to the kernel.  Only the grader's verdict coun
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib
 import inspect
 import random
@@ -22,6 +23,7 @@ __all__ = ["KernelDied", "StudentFunction", "StudentTimeout", "grading_seed", "h
 
 DEFAULT_SEED = 0
 _session = None  # the GradingSession while the grader runs a test cell; None in a student's kernel
+_seed: int | None = None  # outside a grade: the seed :func:`seeded` set, else DEFAULT_SEED
 
 
 class GradingSession:
@@ -57,9 +59,24 @@ def activate(session: GradingSession | None) -> None:
     _session = session
 
 
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Draw hidden cases with ``seed`` outside a grade meanwhile: what a grade with ``--seed`` would draw (the
+    fairness tests run a lab's test cells in one process under many seeds with it)."""
+    global _seed
+    old, _seed = _seed, int(seed)
+    try:
+        yield
+    finally:
+        _seed = old
+
+
 def grading_seed() -> int:
-    """The seed hidden cases are drawn from: the grade's (printed in its report), or 0 outside a grade."""
-    return _session.seed if _session is not None else DEFAULT_SEED
+    """The seed hidden cases are drawn from: the grade's (printed in its report), or 0 outside a grade (or the
+    one :func:`seeded` sets)."""
+    if _session is not None:
+        return _session.seed
+    return DEFAULT_SEED if _seed is None else _seed
 
 
 def hidden_rng(name: str) -> random.Random:

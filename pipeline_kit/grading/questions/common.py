@@ -28,7 +28,12 @@ from pathlib import Path
 
 
 class LabCheckFailed(AssertionError):
-    """A check failed; the message is the student's feedback."""
+    """A check failed; the message is the student's feedback.  ``lost``: the share of the check's points the
+    failure costs (:class:`~pipeline_kit.grading.parts.Parts` sets it when only some of its properties failed)."""
+
+    def __init__(self, message: str = "", lost: float = 1.0):
+        super().__init__(message)
+        self.lost = float(lost)
 
 
 def fail(message: str) -> None:

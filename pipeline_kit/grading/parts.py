@@ -1,0 +1,138 @@
+"""Partial credit: a test cell's points are shared by the independent things it checks.
+
+Why: one wrong function out of three used to cost all three of a cell's points, and its feedback named only the
+first failure, so a student could not tell one slip from three.  Two levels share the points, and both list every
+failing part (up to :data:`MAX_LISTED`, then "and N more"):
+
+* **A test cell** is split into its top-level statements.  Each call of a check (``lab08.check_owner(...)``) is a
+  part named by the check; a check called twice (the visible cases, then the hidden ones) is one part, failed by
+  its first failing call.  The cell's points are shared equally by its parts; a failing import or assignment
+  fails every part after it.
+* **A check** that tests several independent properties collects them with :class:`Parts` and fails with
+  :class:`~.questions.common.LabCheckFailed` carrying ``lost``: the share of its part the failing properties cost.
+
+``StudentTimeout`` and ``KernelDied`` are ``BaseException``: they still end the whole cell (its later parts would
+only wait on the same dead or stuck kernel).  No torch, no kernel: the engine runs it on the grader's namespace,
+and tests run it on an in-process notebook's.
+"""
+
+from __future__ import annotations
+
+import ast
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+MAX_LISTED = 3
+PART_FEEDBACK_LIMIT = 300
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``"1 message"``, ``"2 messages"`` (``many`` for irregular plurals): the one rule for counted words."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def listing(messages: list[str], limit: int = MAX_LISTED) -> str:
+    """Every failing part, up to ``limit`` of them, then how many more: one line of feedback."""
+    shown = [m.strip().rstrip(".") for m in messages[:limit]]
+    more = len(messages) - len(shown)
+    return "; ".join(shown) + (f"; and {more:,} more" if more else "")
+
+
+class Parts:
+    """Independent properties one check tests: each earns its share, and every failing one is listed.
+
+    ::
+
+        parts = Parts()
+        with parts.part():
+            ...  # fail("...") here costs this property only
+        with parts.part():
+            ...
+        parts.done()  # raises LabCheckFailed(listing, lost=failed/total) if any failed
+    """
+
+    def __init__(self):
+        self.total = 0
+        self.failed: list[str] = []
+
+    @contextmanager
+    def part(self):
+        from .questions.common import LabCheckFailed
+
+        self.total += 1
+        try:
+            yield
+        except LabCheckFailed as exc:
+            self.failed.append(str(exc))
+
+    def done(self) -> None:
+        from .questions.common import LabCheckFailed
+
+        if self.failed:
+            raise LabCheckFailed(listing(self.failed), lost=len(self.failed) / self.total)
+
+
+@dataclass
+class CellOutcome:
+    """What a test cell earned: the share of its points (0..1) and the feedback (empty when it all passed)."""
+
+    earned: float
+    feedback: str = ""
+
+
+def check_name(statement: ast.stmt) -> str | None:
+    """The check a top-level statement calls (``lab08.check_owner(...)`` -> ``check_owner``), else None."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if isinstance(name, str) and name.startswith("check"):
+            return name
+    return None
+
+
+def _message(exc: BaseException) -> str:
+    from .questions.common import LabCheckFailed
+
+    text = str(exc) if isinstance(exc, LabCheckFailed) else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= PART_FEEDBACK_LIMIT else text[: PART_FEEDBACK_LIMIT - 1] + "…"
+
+
+def _lost(exc: BaseException) -> float:
+    """The share of its part a failure costs: ``lost`` of the grader's own ``LabCheckFailed`` (a student's
+    exception of that name is rebuilt as another class, so it cannot bring one), else all of it."""
+    from .questions.common import LabCheckFailed
+
+    share = exc.lost if type(exc) is LabCheckFailed else 1.0
+    return share if isinstance(share, float) and 0.0 < share <= 1.0 else 1.0
+
+
+def run_test_cell(source: str, namespace: dict, filename: str = "<test cell>") -> CellOutcome:
+    """Run a canonical test cell statement by statement in ``namespace``; its parts share its points."""
+    tree = ast.parse(source, filename)
+    statements = [(check_name(s), s) for s in tree.body]
+    names = list(dict.fromkeys(n for n, _ in statements if n is not None)) or [None]
+    lost: dict[str | None, tuple[float, str]] = {}  # part -> (share of the part lost, its feedback)
+    broken = None  # a failing import or assignment: every part after it fails with its message
+    for name, statement in statements:
+        if name in lost:
+            continue
+        if broken is not None:
+            if name is not None:
+                lost[name] = (1.0, broken)
+            continue
+        code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec")
+        try:
+            exec(code, namespace)  # noqa: S102 -- a statement of a canonical test cell, never the student's
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- a failed check: its message is the feedback
+            share = _lost(exc)
+            if name is None:
+                broken = _message(exc)
+                if names == [None]:
+                    lost[None] = (1.0, broken)
+            else:
+                lost[name] = (share, _message(exc))
+    if not lost:
+        return CellOutcome(1.0)
+    earned = 1.0 - sum(share for share, _ in lost.values()) / len(names)
+    return CellOutcome(max(0.0, earned), listing(list(dict.fromkeys(text for _, text in lost.values()))))

@@ -1,0 +1,74 @@
+"""Fair grading (issue 27): the same answer earns the same points, with the same feedback, under every seed.
+
+For each lab with a catalogue in ``tests/fairness_catalogue``: the model answer scores full marks under 20
+seeds; each typical wrong answer loses exactly the points its entry names, the same under all 20 seeds, with
+feedback that is the same under every seed, gives no other check's answer away and counts its words right.
+"""
+
+import importlib
+import re
+
+import pytest
+from fairness import SEEDS, max_points, outcomes
+from lab_grading import lab_names
+
+CATALOGUES = {lab: importlib.import_module(f"fairness_catalogue.{lab[:5]}") for lab in lab_names()
+              if importlib.util.find_spec(f"fairness_catalogue.{lab[:5]}") is not None}
+ENTRIES = [(lab, w) for lab, module in CATALOGUES.items() for w in module.WRONG]
+
+# "1 messages": a count of one with a plural noun (words that end in s but are singular are left alone)
+ONE_PLURAL = re.compile(r"(?<![\d.,/])\b1 (?!of\b)([a-z]+s)\b")
+SINGULAR_S = {"is", "was", "has", "does", "this", "plus", "minus", "pass", "process", "class", "less", "bias",
+              "axis", "status", "its", "across", "as", "us", "ms", "gpus"}
+# "8 message": a count above one with a singular noun the kit's feedback counts
+MANY_SINGULAR = re.compile(r"(?<![\d.,/])\b(?:[2-9]|\d{2,}) (message|microbatch|statement|rank|byte|stage|layer|op"
+                           r"|chunk|step|point|case)\b(?! \w+ing\b)")
+
+
+def _grammar(text: str) -> list[str]:
+    bad = [m.group(0) for m in ONE_PLURAL.finditer(text) if m.group(1) not in SINGULAR_S]
+    return bad + [m.group(0) for m in MANY_SINGULAR.finditer(text)]
+
+
+@pytest.mark.parametrize("lab", sorted(CATALOGUES))
+def test_the_model_answer_scores_full_marks_under_every_seed(lab):
+    top = max_points(lab)
+    for gid, by_seed in outcomes(lab).items():
+        for seed, (points, feedback) in by_seed.items():
+            assert points == top[gid], f"{lab} {gid} under seed {seed}: {points}/{top[gid]}: {feedback}"
+
+
+@pytest.mark.parametrize("lab", sorted(CATALOGUES))
+def test_every_known_wrong_form_has_three_typical_answers(lab):
+    count: dict[str, int] = {}
+    for wrong in CATALOGUES[lab].WRONG:
+        for gid in wrong.loses:
+            count[gid] = count.get(gid, 0) + 1
+    assert {g: n for g, n in count.items() if n < 3} == {}, "test cells with fewer than 3 typical wrong answers"
+    assert set(CATALOGUES[lab].REVEALS) <= set(max_points(lab)), "REVEALS names a test cell the lab does not have"
+
+
+@pytest.mark.parametrize("lab,wrong", ENTRIES, ids=[f"{lab[:5]}-{w.label}" for lab, w in ENTRIES])
+def test_a_wrong_answer_loses_the_same_points_under_every_seed(lab, wrong):
+    top = max_points(lab)
+    got = outcomes(lab, wrong)
+    for gid, by_seed in got.items():
+        verdicts = {}
+        for seed, verdict in by_seed.items():
+            verdicts.setdefault(verdict, []).append(seed)
+        assert len(verdicts) == 1, f"{gid} differs by seed: " + " | ".join(
+            f"seeds {seeds}: {points}/{top[gid]} {feedback!r}" for (points, feedback), seeds in verdicts.items())
+    first = {gid: by_seed[SEEDS[0]] for gid, by_seed in got.items()}
+    lost = {gid for gid, (points, _) in first.items() if points < top[gid]}
+    assert lost == wrong.loses, f"lost points in {sorted(lost)}, expected {sorted(wrong.loses)}: " + "; ".join(
+        f"{g}: {first[g][1]}" for g in sorted(lost ^ wrong.loses) if g in first)
+    for gid, points in wrong.points.items():
+        assert top[gid] - first[gid][0] == points, f"{gid} lost {top[gid] - first[gid][0]}, expected {points}"
+    reveals = CATALOGUES[lab].REVEALS
+    for gid in lost:
+        feedback = first[gid][1]
+        assert feedback, f"{gid} lost points without feedback"
+        for other, texts in reveals.items():
+            leaked = [t for t in texts if other != gid and t in feedback]
+            assert not leaked, f"{gid}'s feedback gives away {other}'s answer {leaked}: {feedback!r}"
+        assert _grammar(feedback) == [], f"{gid}'s feedback miscounts: {_grammar(feedback)} in {feedback!r}"
