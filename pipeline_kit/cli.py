@@ -121,16 +121,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           + (f" wgrad={args.wgrad:g}" if args.wgrad is not None else "")
           + (f" stage-costs={','.join(f'{x:g}' for x in args.stage_costs)}" if args.stage_costs else "")
           + f" p2p-latency={args.p2p_latency:g})")
-    print(f"{'rank':>4}  {'busy':>10}  {'idle':>10}  {'idle %':>7}  {'peak act':>8}")
+    v = sched.chunks
+    print(f"{'rank':>4}  {'busy':>10}  {'idle':>10}  {'idle %':>7}  {'peak act (rank shares)':>22}")
     for r in range(sched.pp):
         idle = result.idle[r]
         pct = 100 * idle / result.makespan if result.makespan else 0.0
-        print(f"{r:>4}  {result.busy[r]:>10.4g}  {idle:>10.4g}  {pct:>6.1f}%  {result.peak_activations[r]:>8}")
+        peak = result.peak_activations[r]
+        shown = f"{peak / v:g}" + (f" ({peak} chunk acts)" if v > 1 else "")
+        print(f"{r:>4}  {result.busy[r]:>10.4g}  {idle:>10.4g}  {pct:>6.1f}%  {shown:>22}")
     print(f"makespan          {result.makespan:.6g}")
     print(f"ideal time        {result.ideal_time:.6g}   (busiest rank, no bubble)")
     print(f"bubble fraction   {result.bubble_fraction:.4f}   (idle / (pp x makespan))")
     print(f"bubble / ideal    {result.bubble_over_ideal:.4f}   (Megatron paper's ratio)")
+    print(PEAK_UNIT)
     return 0
+
+
+# The one wording of the peak-activation unit (simulate, demo): a chunk's activations are 1/v of a rank's share, so
+# schedules with different chunk counts compare in the same unit.
+PEAK_UNIT = ("(peak act: the most microbatch activations a rank holds at once, in microbatches' worth of one rank's "
+             "share of the model; with v chunks per rank, one chunk's activations count 1/v)")
 
 
 def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -369,13 +379,14 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """A tour: PP4/M8 orders of 1F1B and ZB-V, then every family compared on the seeds' PP8/M16 case."""
+    """A tour: PP4/M8 orders of 1F1B and ZB-V, then every family compared on the interview question bank's PP8/M16
+    case."""
     for name in ("1f1b", "zbv"):
         sched = build_schedule(name, 4, 8)
         print(f"== {name}, {describe(sched)}: per-rank op order")
         print(sched.to_grid())
     print("== PP8 / M16, fwd=1, bwd=2 (split backward: I = W = 1), zero P2P latency")
-    print(f"{'schedule':<18} {'placement':<9} {'makespan':>9} {'bubble':>8} {'peak act (worst rank)':>22}  "
+    print(f"{'schedule':<18} {'placement':<9} {'makespan':>9} {'bubble':>8}  {'peak act (rank shares)':>22}  "
           f"PyTorch class")
     for name, chunks in DEMO_CASES:
         sched = build_schedule(name, 8, 16, chunks)
@@ -384,8 +395,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         label = name + (f" v={v}" if FAMILIES[name].chunks == "any" else "")
         print(f"{label:<18} {sched.placement:<9} {res.makespan:>9.4g} {res.bubble_fraction:>8.4f} "
               f"{max(res.peak_activations) / v:>22.4g}  {FAMILIES[name].torch_class or '-'}")
-    print("(bubble: idle / (pp x makespan); peak activations counted in microbatches' worth of one rank's share\n"
-          " of the model, the worst rank shown; 1F1B's is pp = 8)")
+    print("(bubble: idle / (pp x makespan); peak act: the worst rank's, 1F1B's is pp = 8)")
+    print(PEAK_UNIT)
     return 0
 
 

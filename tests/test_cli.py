@@ -114,6 +114,15 @@ def test_validate_file(tmp_path):
                                         "number and an optional chunk, e.g. F3, B3, I3c1, W3c1")
 
 
+def test_simulate_states_the_unit_of_peak_activations_and_zbv_reads_like_1f1b():
+    """Issue 27: ZB-V's 8 chunk activations are 4 rank shares, as 1F1B's rank 0 -- the table says so, in a unit."""
+    zbv = run("simulate", "--schedule", "zbv", "--pp", "4", "-m", "8", "--no-timeline").stdout.splitlines()
+    one = run("simulate", "--schedule", "1f1b", "--pp", "4", "-m", "8", "--no-timeline").stdout.splitlines()
+    assert zbv[1].endswith("peak act (rank shares)") and one[1].endswith("peak act (rank shares)")
+    assert zbv[2].split()[-4:] == ["4", "(8", "chunk", "acts)"] and one[2].split()[-1] == "4"
+    assert zbv[-1].startswith("(peak act: the most microbatch activations a rank holds at once, in microbatches'")
+
+
 def test_demo_runs_and_shows_every_family():
     out = run("demo").stdout
     assert "== 1f1b, pp=4 microbatches=8 chunks=1" in out
