@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import io
 from dataclasses import dataclass, field
 
@@ -61,34 +62,95 @@ def _bound(code: str) -> set[str]:
     return set(names.bindings(tree)) if tree is not None else set()
 
 
-def outcomes(lab: str, wrong: Wrong | None = None, seeds=SEEDS) -> dict[str, dict[int, tuple[float, str]]]:
-    """{test cell: {seed: (points earned, feedback)}} for the solution of ``lab``, with ``wrong`` in it."""
-    cells = lab_cells(lab)
-    rebound = None
-    if wrong is not None:
-        assert any(c.kind == "answer" and c.gid == wrong.cell for c in cells), f"{lab} has no answer cell {wrong.cell}"
-        rebound = _bound(wrong.code)
-        assert rebound, f"{wrong.label}: the wrong answer binds no name"
+def _affected(code: str, changed: set[str]) -> set[str]:
+    """The names a re-run cell binds that can differ from the model run's: bound by a statement that reads a
+    changed name (or by one that reads a name such a statement bound), to a fixed point."""
+    tree = names.parse(code)
+    if tree is None:
+        return set()
+    statements = [(set(names.bindings(ast.Module(body=[st], type_ignores=[]))),
+                   names.used_names(ast.Module(body=[st], type_ignores=[]))) for st in tree.body]
+    seen, out = set(changed), set()
+    grown = True
+    while grown:
+        grown = False
+        for bound, used in statements:
+            if used & seen and not bound <= out:
+                out |= bound
+                seen |= bound
+                grown = True
+    return out
+
+
+def _run_test_cell(cell: Cell, ns: dict, seeds, out: dict) -> None:
+    for seed in seeds:
+        with remote.seeded(seed):
+            got = parts.run_test_cell(cell.source, ns, f"<test cell {cell.gid}>")
+        out.setdefault(cell.gid, {})[seed] = (round(cell.points * got.earned, 2), got.feedback)
+
+
+def _exec(lab: str, cell: Cell, source: str, ns: dict) -> None:
+    exec(compile(names.python_source(source), f"<{lab} {cell.gid or cell.kind}>", "exec"), ns)  # noqa: S102
+
+
+@functools.lru_cache(maxsize=None)
+def _model_run(lab: str) -> tuple[list[Cell], list[dict]]:
+    """The solution run once, top to bottom (test cells under seed 0): the namespace before each cell."""
+    cells, before = lab_cells(lab), []
     ns: dict = {"__name__": "__main__"}
-    out: dict[str, dict[int, tuple[float, str]]] = {}
     with replayed_torchrun(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         for cell in cells:
-            if cell.kind != "test":
-                source = cell.source
-                if wrong is not None and cell.gid == wrong.cell:
-                    source = wrong.code if wrong.replace else f"{source}\n\n{wrong.code}"
-                exec(compile(names.python_source(source), f"<{lab} {cell.gid or cell.kind}>", "exec"), ns)  # noqa: S102
+            before.append(dict(ns))
+            if cell.kind == "test":
+                parts.run_test_cell(cell.source, ns, f"<test cell {cell.gid}>")
+            else:
+                _exec(lab, cell, cell.source, ns)
+    return cells, before
+
+
+def outcomes(lab: str, wrong: Wrong | None = None, seeds=SEEDS) -> dict[str, dict[int, tuple[float, str]]]:
+    """{test cell: {seed: (points earned, feedback)}} for the solution of ``lab``, with ``wrong`` in it.
+
+    The model answer runs top to bottom, as a student's notebook does.  A wrong answer re-runs only what it can
+    change: its own cell, and each later cell that reads a name it (or a cell re-run for it) binds, each in the
+    model run's namespace before that cell with the re-bound names on top.
+    """
+    out: dict[str, dict[int, tuple[float, str]]] = {}
+    if wrong is None:
+        ns: dict = {"__name__": "__main__"}
+        with replayed_torchrun(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            for cell in lab_cells(lab):
+                if cell.kind == "test":
+                    _run_test_cell(cell, ns, seeds, out)
+                else:
+                    _exec(lab, cell, cell.source, ns)
+        return out
+    cells, before = _model_run(lab)
+    at = next((i for i, c in enumerate(cells) if c.kind == "answer" and c.gid == wrong.cell), None)
+    assert at is not None, f"{lab} has no answer cell {wrong.cell}"
+    source = wrong.code if wrong.replace else f"{cells[at].source}\n\n{wrong.code}"
+    rebound = _bound(wrong.code)
+    assert rebound, f"{wrong.label}: the wrong answer binds no name"
+    dirty: dict = {}
+    with replayed_torchrun(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for i in range(at, len(cells)):
+            cell = cells[i]
+            if i != at and not names.used_names(names.parse(cell.source) or ast.Module(body=[], type_ignores=[])) \
+                    & rebound:
                 continue
-            tree = ast.parse(cell.source)
-            if rebound is not None and not names.used_names(tree) & rebound:
-                exec(names.top_level_imports(cell.source), ns)  # noqa: S102 -- its imports, for later cells
+            ns = {**before[i], **dirty}
+            if cell.kind == "test":
+                _run_test_cell(cell, ns, seeds, out)
                 continue
-            for seed in seeds:
-                with remote.seeded(seed):
-                    got = parts.run_test_cell(cell.source, ns, f"<test cell {cell.gid}>")
-                out.setdefault(cell.gid, {})[seed] = (round(cell.points * got.earned, 2), got.feedback)
+            _exec(lab, cell, source if i == at else cell.source, ns)
+            bound = _bound(wrong.code) if i == at else set()
+            bound |= _affected(source if i == at else cell.source, rebound | bound)
+            dirty.update({name: ns[name] for name in bound if name in ns})
+            rebound |= bound
     return out
 
 
 def max_points(lab: str) -> dict[str, float]:
     return {c.gid: c.points for c in lab_cells(lab) if c.kind == "test"}
+

@@ -60,9 +60,9 @@ def test_readings():
           match="the Megatron paper's bubble ratio")
     fails(lab02.check_f0, [0, 1, 2, 3], match="counts slots from 0")
     fails(lab02.check_earliest_backward, {"op": "B0", "rank": 0, "slot": 5}, match="only the last stage")
-    fails(lab02.check_earliest_backward, {"op": "B0", "rank": 3, "slot": 4}, match="is the slot of F0 on rank 3")
+    fails(lab02.check_earliest_backward, {"op": "B0", "rank": 3, "slot": 4}, match="one slot early")
     fails(lab02.check_rank0, 4, 8, match="the first of the steady state")
-    fails(lab02.check_rank0, 3, 5, match="must come back through every rank in between")
+    fails(lab02.check_rank0, 3, 5, match="needs the gradient from rank 1's B0")
 
 
 def test_measurements():
@@ -72,7 +72,7 @@ def test_measurements():
     fails(lab02.check_imbalance, {"gpipe": 57, "1f1b": 55}, {"gpipe": 48, "1f1b": 48},
           match="every transfer of the step")
     fails(lab02.check_fill, [3, 2, 1, 0], match="reversed")
-    fails(lab02.check_drain, [0, 1, 2, 3], match="charges f per rank")
+    fails(lab02.check_drain, [0, 1, 2, 3], match="is too short: the drain is backwards")
     fails(lab02.check_rank_idle, lambda pp, m, f, b: (pp - 1) * f, [(4, 8, 1, 2)], match="only one direction")
     fails(lab02.check_rank_idle, lambda pp, m, f, b: (pp - 1) / (m + pp - 1), [(4, 8, 1, 2)], match="changes with M")
     fails(lab02.check_rank_idle, lambda pp, m, f, b: 1 / 0, [(4, 8, 1, 2)], match="raised ZeroDivisionError")
@@ -102,5 +102,31 @@ def test_typical_wrong_answers(tmp_path):
     assert_partial(report, {"m042_main_gpipe_order": "gpipe_grid runs the 1F1B order",
                             "m043_follow_dependencies": "rank 2, slot 5: B0 is too early",
                             "m042_main_activations": "does not keep only the current microbatch",
-                            "m043_follow_earliest_b0": "only the last stage (rank 3) computes",
+                            "m043_follow_earliest_b0": "only the last stage computes",
                             "m043_follow_stage0_warmup": "the first of the steady state"})
+
+
+# -- fair grading (issue 27): each part earns its share, and the fixed hidden cases come first --------------
+
+def test_parts_share_the_points():
+    with pytest.raises(LabCheckFailed) as exc:
+        lab02.check_bubble({"gpipe": [6] * 4, "1f1b": [6] * 4}, {"gpipe": 0.375, "1f1b": 0.375})
+    assert exc.value.lost == 0.5 and "bubble ratio" in str(exc.value)
+    with pytest.raises(LabCheckFailed) as exc:  # a fraction right for the student's own idle slots costs nothing more
+        lab02.check_bubble({"gpipe": [0, 0, 0, 0], "1f1b": [6] * 4}, {"gpipe": 0.0, "1f1b": 0.273})
+    assert exc.value.lost == 0.25
+    with pytest.raises(LabCheckFailed) as exc:
+        lab02.check_rank0(4, 8)
+    assert exc.value.lost == 0.5
+    with pytest.raises(LabCheckFailed) as exc:
+        lab02.check_earliest_backward({"op": "B0", "rank": 0, "slot": 8})
+    assert abs(exc.value.lost - 1 / 3) < 1e-9
+    with pytest.raises(LabCheckFailed, match=r"a dict \{'gpipe'"):
+        lab02.check_peaks([8, 8, 8, 8])
+
+
+def test_fixed_hidden_cases_come_first():
+    import random
+    assert lab02.hidden_rank_idle_cases(random.Random(0))[:4] == lab02.hidden_rank_idle_cases(random.Random(5))[:4]
+    fails(lab02.check_rank_idle, lambda pp, m, f, b: min(m, pp - 1) * (f + b),
+          lab02.hidden_rank_idle_cases(random.Random(0))[:4], match=r"rank_idle\(5, 1, 0.5, 1.5\)")

@@ -60,14 +60,15 @@ def test_phases():
           match="alternates one forward, then one backward, starting with a forward")
     fails(lab04.check_phases, lambda pp, m, r: ([f"F{i}" for i in range(m)], [], [f"B{i}" for i in range(m)][::-1]),
           CASES, match="the cooldown runs the backwards left in microbatch order")
-    fails(lab04.check_phases, lambda pp, m, r: [["F0"], []], CASES, match="must return .warmup, steady, cooldown.")
+    fails(lab04.check_phases, lambda pp, m, r: [["F0"], []], CASES,
+          match="must return a tuple .warmup, steady, cooldown.")
     fails(lab04.check_phases, lambda pp, m, r: 1 / 0, CASES, match="raised ZeroDivisionError")
     lab04.check_phases(phases_with(lambda pp, m, r: min(pp - r, m)), CASES)  # a wrong warmup is the next check's
 
 
 def test_warmup():
     fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(pp - r, m)), CASES,
-          match=r"\(4, 8, 0\): 4 warmup forwards is one too many -- rank 0 runs pp - rank - 1 = 3")
+          match=r"\(4, 8, 0\): 4 warmup forwards is one too many -- on rank 0 the warmup is pp - rank - 1 = 3")
     fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(pp - 1, m)), CASES,
           match="every rank runs 3 warmup forwards, but the warmup differs by rank")
     fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(r, m)), CASES, match="reversed")
@@ -77,9 +78,11 @@ def test_warmup():
 
 def test_order():
     fails(lab04.check_order, order_with(lambda pp, m, r: min(pp - r, m)), CASES,
-          match=(r"pp=4, M=8, rank 0, op 5: got F4, 1F1B runs B0 there -- rank 0 runs 5 forwards before its first "
-                 r"backward; 1F1B runs pp - rank - 1 = 3 warmup forwards"))
-    fails(lab04.check_order, order_with(lambda pp, m, r: m), CASES, match="rank 0 runs 8 forwards before its first")
+          match=(r"pp=4, M=8, rank 0, op 5: got F4, 1F1B runs B0 there -- on rank 0 your order runs 5 forwards "
+                 r"before its first backward; 1F1B runs 4 forwards first \(its warmup, then the first forward of the "
+                 r"steady state\)"))
+    fails(lab04.check_order, order_with(lambda pp, m, r: m), CASES,
+          match="rank 0 your order runs 8 forwards before its first")
     fails(lab04.check_order, order_with(lambda pp, m, r: [3, 2, 1, 2][r] if pp == 4 else min(pp - r - 1, m)), CASES,
           match=r"these orders deadlock, the validator says: deadlock, circular wait rank 2 -> rank 3 -> rank 2")
     fails(lab04.check_order, lambda pp, m, r: [f"F{i}" for i in range(m)], CASES, match="run no backward at all")
@@ -100,7 +103,7 @@ def test_memory_and_deadlock():
 
 def test_same_warmup_on_every_rank_misses_the_order():
     fails(lab04.check_order, order_with(lambda pp, m, r: min(pp - 1, m)), [(4, 8)],
-          match="rank 1 runs 4 forwards before its first backward")
+          match="rank 1 your order runs 4 forwards before its first backward")
 
 
 # -- one whole notebook: each wrong answer costs exactly its checks ---------------------------------------
@@ -135,3 +138,35 @@ deadlock_example = {"pp": 2, "microbatches": 2, "ranks": [["F0", "F1", "B0", "B1
     assert_partial(report, {"m043_main_warmup": "one too many",
                             "m043_main_dependencies": "microbatches are numbered from 0",
                             "m043_main_p2p_memory": "counts only the warmup forwards"})
+
+
+# -- fair grading (issue 27): one mistake costs once, and each part earns its share ------------------------
+
+def test_an_order_joined_from_the_students_own_phases_costs_only_the_phases():
+    too_long = phases_with(lambda pp, m, r: min(pp - r, m))
+    joined = order_with(lambda pp, m, r: min(pp - r, m))
+    lab04.check_order(joined, CASES, phases=too_long)  # the warmup check charges the warmup, once
+    fails(lab04.check_order, joined, CASES, MEGATRON, match="rank 0 your order runs 5 forwards")  # not the phases'
+    deadlock = phases_with(lambda pp, m, r: [3, 2, 1, 2][r] if pp == 4 else min(pp - r - 1, m))
+    joined_deadlock = order_with(lambda pp, m, r: [3, 2, 1, 2][r] if pp == 4 else min(pp - r - 1, m))
+    fails(lab04.check_order, joined_deadlock, CASES, deadlock, match="these orders deadlock")  # still validated
+
+
+def test_parts_share_the_points():
+    with pytest.raises(LabCheckFailed) as exc:
+        lab04.check_p2p_memory(lambda pp, m, r: pp - r - 1, {"pp": 2, "microbatches": 1, "ranks": []}, CASES)
+    assert exc.value.lost == 1.0 and "counts only the warmup" in str(exc.value) and "deadlock_example" in str(exc.value)
+    with pytest.raises(LabCheckFailed) as exc:
+        lab04.check_p2p_memory(lambda pp, m, r: min(pp - r, m), {"pp": 2, "microbatches": 1, "ranks": []}, CASES)
+    assert exc.value.lost == 0.5
+    reversed_cooldown = phases_with(lambda pp, m, r: min(pp - r - 1, m))
+    with pytest.raises(LabCheckFailed) as exc:
+        lab04.check_phases(lambda pp, m, r: (lambda w, s, c: (w, s, c[::-1]))(*reversed_cooldown(pp, m, r)), CASES)
+    assert abs(exc.value.lost - 1 / 3) < 1e-9 and "microbatch order" in str(exc.value)
+
+
+def test_fixed_hidden_cases_come_first():
+    import random
+    first = lab04.hidden_order_cases(random.Random(0))[:8]
+    assert first == lab04.hidden_order_cases(random.Random(1))[:8]
+    assert {(4, 2), (2, 1), (1, 3), (3, 1)} <= set(first)

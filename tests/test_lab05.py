@@ -53,11 +53,10 @@ log_fields = {"rank", "peer", "stage", "chunk", "microbatch", "direction", "tag"
               "received_count"}
 '''
     report = grade_answers(tmp_path, LAB, {"pairing": pairing, "bytes": bytes_, "follow_hang": follow_hang})
-    # enc_dec_boundary and varlen_step_bytes use the student's boundary_bytes, so they fail with it
+    # enc_dec_boundary, varlen_step_bytes and seed_send_bytes use the student's boundary_bytes: they are judged
+    # against it, so its mistake costs its own check only
     assert_partial(report, {"m053_main_pairing": "both ranks block in a send",
                             "m046_main_bytes": "is the number of elements; multiply by the bytes per element",
-                            "m046_main_multi": "bytes_per_microbatch", "m046_main_varlen": "varlen_step_bytes",
-                            "m046_follow_bytes": "the number of elements", "m046_follow_directions": "seed_link_bytes",
                             "m053_follow_mechanism": "rank 2 is the victim"})
 
 
@@ -228,6 +227,37 @@ def test_m046_wrong_answers():
     with pytest.raises(LabCheckFailed, match="must allocate the sender's dtype"):
         lab05.check_recv_buffer(lambda meta, dt: torch.empty(tuple(meta[1:1 + int(meta[0])].tolist())),
                                 [((2, 32, 64), torch.bfloat16)])
+
+
+def test_answers_built_on_the_students_helper_are_judged_against_it():
+    def elements(s, b, h, dtype):
+        return s * b * h
+
+    def enc_dec(se, sd, b, h, dt):
+        return {"forward": [(sd, b, h), (se, b, h)], "backward": [(sd, b, h), (se, b, h)],
+                "bytes_per_microbatch": 2 * (elements(sd, b, h, dt) + elements(se, b, h, dt))}
+    lab05.check_enc_dec(enc_dec, [(512, 128, 1, 768, torch.bfloat16)], own=elements)
+    with pytest.raises(LabCheckFailed) as failed:
+        lab05.check_enc_dec(enc_dec, [(512, 128, 1, 768, torch.bfloat16)])
+    assert failed.value.lost == pytest.approx(1 / 3)  # the shapes are right: one part of three
+    lab05.check_varlen(lambda lens, b, h, dt, pp: 2 * (pp - 1) * sum(elements(s, b, h, dt) for s in lens),
+                       [([512, 384, 100, 512], 1, 768, torch.bfloat16, 4)], own=elements)
+    spec = lab05.PRESETS["seed-pp8"][0]
+    lab05.check_seed_send(spec.seq_len * spec.hidden, own=elements)
+    lab05.check_seed_link(32 * 1000, send=1000)
+    lab05.check_real_send(32 * 2 * 32, lab05.RUN, own=elements)
+
+
+def test_partial_credit_names_every_failing_part():
+    with pytest.raises(LabCheckFailed, match="misses 'activation_grad'.*contains 'labels'") as failed:
+        lab05.check_crossing({"activation", "labels"})
+    assert failed.value.lost == pytest.approx(2 / 3)
+    with pytest.raises(LabCheckFailed, match="misses 'tag'.*misses 'dtype'.*contains 'loss'") as failed:
+        lab05.check_log_fields(set(lab05.LOG_FIELDS) - {"tag", "dtype"} | {"loss"})
+    assert failed.value.lost == pytest.approx(1.0)
+    with pytest.raises(LabCheckFailed, match="only makes the same hang last longer") as failed:
+        lab05.check_fixes({"agree_before_schedule", "send_placeholder", "longer_timeout"})
+    assert failed.value.lost == pytest.approx(1 / 3)
 
 
 def test_m046_follow_wrong_answers():

@@ -3,9 +3,12 @@
 import random
 from fractions import Fraction
 
-import pytest
-from lab_grading import assert_partial, grade_answers
+import nbformat
 
+import pytest
+from lab_grading import SOLUTIONS, assert_partial, grade_answers, replayed_torchrun, with_answers
+
+from pipeline_kit.grading.engine import grade
 from pipeline_kit.grading.labs import lab08
 from pipeline_kit.grading.labs.common import LabCheckFailed
 from pipeline_kit.layout import PRESETS, ModelSpec, even_layout, stage_costs
@@ -17,8 +20,8 @@ LAB = "lab08_interleaved"
 
 # -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
 def test_typical_wrong_answers(tmp_path):
-    """Contiguous chunks, the seeds' (1/v) bubble, a warmup without the M x v cap, and the last rank freeing
-    nothing with chunks -- each in its own answer cell; the real torchrun job replayed."""
+    """Contiguous chunks, the interview question bank's (1/v) bubble, a warmup without the M x v cap, and the last
+    rank freeing nothing with chunks -- each in its own answer cell; the real torchrun job replayed."""
     definition = """
 def owner(stage, pp):
     return stage % pp, stage // pp
@@ -54,9 +57,61 @@ measurement_steps = ["warmup", "reset", "measure", "read", "gather"]
     answers = {"definition": definition, "mechanism": mechanism, "costs": costs, "measurement": measurement}
     report = grade_answers(tmp_path, LAB, answers, timeout=180)
     assert_partial(report, {"m051_main_definition": "non-interleaved split",
-                            "m051_main_mechanism": "seeds' (1/v)(pp-1)/(M+pp-1)",
+                            "m051_main_mechanism": "question bank's model answer (1/v)(pp-1)/(M+pp-1)",
                             "m051_main_costs": "cap it at M x v",
                             "m052_main_measurement": "the last rank still sends the outputs of its chunks"})
+
+
+def _solution_cell(gid: str) -> str:
+    nb = nbformat.read(str(SOLUTIONS / f"{LAB}.ipynb"), as_version=4)
+    return next(c.source for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid)
+
+
+NO_DTYPE = """
+def stage_bytes(spec, n_layers, embedding, loss):
+    s, b, h, a, V, d = spec.seq_len, spec.micro_batch_size, spec.hidden, spec.heads, spec.vocab, spec.dtype_bytes
+    total = n_layers * s * b * h * (34 + 5 * a * s / h)
+    if embedding:
+        total += s * b * h * d
+    if loss:
+        total += s * b * V * 4 + s * b * h * d
+    return total
+"""
+NO_POSITIONS = """
+def resident_bytes(spec, pp, bytes_per_param):
+    h, f, V = spec.hidden, spec.ffn_mult, spec.vocab
+    layer = (4 + 2 * f) * h * h + (9 + f) * h
+    params = [spec.layers // pp * layer for _ in range(pp)]
+    params[0] += V * h
+    params[-1] += V * h + 2 * h
+    return [p * bytes_per_param for p in params]
+"""
+STRICT = """
+def snapshot(result, t):
+    counts = []
+    for rank in range(result.schedule.pp):
+        events = result.rank_events(rank)
+        started = sum(1 for e in events if e.op.kind == "F" and e.start < t)
+        freed = sum(1 for e in events if e.op.kind == "B" and e.end <= t)
+        counts.append(started - freed)
+    return counts
+"""
+
+
+def test_three_mistakes_score_the_same_under_two_seeds(tmp_path):
+    """No d/2 scaling, no position embedding (reused by memory_terms and fullest: it costs once, at
+    m052_main_endpoints) and a strict `<` in snapshot: the same score, points and feedback under two seeds."""
+    answers = {gid: _solution_cell(gid) + "\n\n" + code for gid, code in
+               (("determinants", NO_DTYPE), ("endpoints", NO_POSITIONS), ("follow_052", STRICT))}
+    path = with_answers(tmp_path, LAB, answers)
+    with replayed_torchrun():
+        reports = [grade(path, timeout=180, seed=seed) for seed in (3, 11)]
+    verdicts = [[(c.name, c.points, c.feedback) for c in r.checks] for r in reports]
+    assert verdicts[0] == verdicts[1]
+    assert reports[0].score == reports[1].score
+    assert_partial(reports[0], {"m052_main_determinants": "scale by dtype_bytes / 2",
+                                "m052_main_endpoints": "position embedding",
+                                "m052_follow_snapshot": "exactly t"})
 
 
 # -- the checks themselves, called directly (milliseconds) ------------------------------------
@@ -203,3 +258,78 @@ def test_even_layout_helpers_agree_with_stage_costs():
     spec = PRESETS["tiny"][0]
     costs = stage_costs(even_layout(spec.layers, 4), spec, 4)
     assert lab08.expected_resident(spec, 4, 2) == [2 * c.params for c in costs]
+
+
+def test_fixed_hidden_cases_catch_the_known_mistakes_under_every_seed():
+    """The hidden draws start with fixed edge cases: the d/2 omission, the strict `<`, an unsorted list, a
+    schedule-blind prediction fail on them whatever the seed."""
+    def no_dtype(spec, n, emb, loss):
+        s, b, h, a, v, d = spec.seq_len, spec.micro_batch_size, spec.hidden, spec.heads, spec.vocab, spec.dtype_bytes
+        return n * s * b * h * (34 + 5 * a * s / h) + (s * b * h * d if emb else 0) + (
+            s * b * v * 4 + s * b * h * d if loss else 0)
+
+    def strict(result, t):
+        return [sum(e.op.kind == "F" and e.start < t for e in result.rank_events(r))
+                - sum(e.op.kind == "B" and e.end <= t for e in result.rank_events(r))
+                for r in range(result.schedule.pp)]
+
+    def blind(summary):
+        pp, m, v = summary["pp"], summary["microbatches"], summary["chunks"]
+        sched = build_schedule("1f1b", pp, m) if v == 1 else build_schedule("interleaved", pp, m, v)
+        return {**lab08.expected_run(summary), "peak_activations": simulate(sched).peak_activations}
+
+    feedback = set()
+    for seed in range(4):
+        rng = random.Random(seed)
+        with pytest.raises(LabCheckFailed, match="scale by dtype_bytes / 2") as err:
+            lab08.check_stage_bytes(no_dtype, lab08.hidden_stage_cases(rng))
+        feedback.add(str(err.value))
+        with pytest.raises(LabCheckFailed, match="exactly t") as err:
+            lab08.check_snapshot(strict, lab08.hidden_snapshot_cases(rng))
+        feedback.add(str(err.value))
+        with pytest.raises(LabCheckFailed, match="GPipe keeps all M") as err:
+            lab08.check_predict_run(blind, lab08.hidden_summary_cases(rng))
+        assert err.value.lost == 0.5
+        feedback.add(str(err.value))
+    assert len(feedback) == 3
+
+
+def test_stated_forms_and_partial_credit():
+    with pytest.raises(LabCheckFailed, match="ascending"):
+        lab08.check_rank_layers(lambda r, pp, v, n: sorted(lab08_rank_layers(r, pp, v, n), reverse=True), [(4, 2, 16)])
+    summaries = [lab08.hidden_summary_cases(random.Random(0))[0]]
+    with pytest.raises(LabCheckFailed, match="must return a dict .*'peak_activations'.*the values are right"):
+        lab08.check_predict_run(lambda s: tuple(lab08.expected_run(s).values()), summaries)
+    with pytest.raises(LabCheckFailed, match="resets the peak before the warm-up") as err:
+        lab08.check_steps(["reset", "warmup", "measure", "read", "gather"])
+    assert err.value.lost == pytest.approx(1 / 3)
+
+
+def lab08_rank_layers(rank, pp, v, layers):
+    layout = even_layout(layers, pp * v)
+    return [i for k, st in enumerate(layout.stages) if k % pp == rank for i in st.layers]
+
+
+def test_a_helper_mistake_costs_once():
+    """memory_terms and fullest reuse the student's own resident_bytes: judged against it, they pass."""
+    def no_positions(spec, pp, bpp):
+        out = lab08.expected_resident(spec, pp, bpp)
+        return [out[0] - spec.seq_len * spec.hidden * bpp] + out[1:]
+
+    def terms(spec, pp, m, schedule, bpp):
+        return {**lab08.expected_terms(spec, pp, m, schedule, bpp), "resident": no_positions(spec, pp, bpp)}
+
+    cases = lab08.hidden_terms_cases(random.Random(0))
+    lab08.check_terms(terms, cases, resident_bytes=no_positions)
+    with pytest.raises(LabCheckFailed, match="'resident'") as err:
+        lab08.check_terms(terms, cases)  # without the helper, the same answer is wrong
+    assert err.value.lost == pytest.approx(1 / 3)
+    totals = {}
+    for name in ("1f1b", "gpipe"):
+        t = terms(PRESETS["seed-pp8"][0], 8, 16, name, 16)
+        totals[name] = [r + n * a for r, n, a in zip(t["resident"], t["alive"], t["bytes_per_microbatch"])]
+    naive = sum(terms(PRESETS["seed-pp8"][0], 8, 16, "1f1b", 16)["resident"]) / 8
+    fullest = {k: v.index(max(v)) for k, v in totals.items()}
+    lab08.check_fullest(fullest, max(totals["1f1b"]) / naive, terms)
+    with pytest.raises(LabCheckFailed, match="fullest_over_naive"):
+        lab08.check_fullest(fullest, max(totals["1f1b"]) / naive)

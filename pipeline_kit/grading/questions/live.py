@@ -10,6 +10,7 @@ needs in its body and calls nothing else from this module; ``@kernel_side`` keep
 
 from __future__ import annotations
 
+import random
 
 from ..remote import grading_seed, hidden_rng, kernel_side, probe
 from .common import call, close, describe, expect_number, fail
@@ -32,9 +33,20 @@ def _expect_pair(info: dict, what: str, pair: str, tensor_feedback: str) -> None
         fail(f"{what} must return {pair}, got a tuple of {info['len']}")
 
 
-def _generator(name: str):
+def _draws(name: str) -> list[random.Random]:
+    """The inputs a live check tries, in order: a fixed draw first, the same under every seed -- so a known wrong
+    answer fails there, with the same feedback in every grade -- then the grade's hidden draw."""
+    return [random.Random(f"pipeline-kit:fixed:{name}"), hidden_rng(name)]
+
+
+def _with_draws(cases, name: str):
+    """Each case with each of :func:`_draws`' inputs: ``(case, rng)``, the fixed draw first."""
+    return [(case, rng) for case in cases for rng in _draws(name)]
+
+
+def _generator(rng: random.Random):
     import torch
-    return torch.Generator().manual_seed(hidden_rng(name).randrange(2**31))
+    return torch.Generator().manual_seed(rng.randrange(2**31))
 
 
 # -- lab 1: the forward_step / loss_func callback (M041) ------------------------------------------------------
@@ -81,10 +93,14 @@ def callback_probe(forward_step, weights, tokens, targets, other):
 
 
 def check_callback(forward_step) -> None:
+    for rng in _draws("m041_main_callback"):
+        _check_callback(forward_step, rng)
+
+
+def _check_callback(forward_step, rng: random.Random) -> None:
     import torch
-    rng = hidden_rng("m041_main_callback")
     vocab, b, s = rng.randint(9, 17), rng.randint(1, 3), rng.randint(4, 7)
-    gen = _generator("m041_main_callback")
+    gen = _generator(rng)
     torch.manual_seed(rng.randrange(2**31))
     model = torch.nn.Sequential(torch.nn.Embedding(vocab, 8), torch.nn.Linear(8, vocab))
     tokens = torch.randint(0, vocab, (b, s), generator=gen)
@@ -157,7 +173,7 @@ def deallocate_probe(fn, x0, grad):
 
 def check_deallocate(fn) -> None:
     import torch
-    gen = _generator("m053_main_lifetime")
+    gen = _generator(hidden_rng("m053_main_lifetime"))  # (its feedback names no drawn value)
     x = torch.randn(2, 8, 16, generator=gen, requires_grad=True)
     grad = torch.randn(2, 8, 16, generator=gen)
     want = torch.autograd.grad(torch.tanh(x * 1.5), x, grad)[0]
@@ -221,8 +237,8 @@ def check_build_stage(fn, cases) -> None:
     import torch
 
     from ...runtime.model import GPT, build_stage, lm_loss, make_batch
-    for cfg, n in cases:
-        tokens, targets = make_batch(cfg, 1, 2, hidden_rng("m047_main_construction").randrange(1, 10_000))
+    for (cfg, n), rng in _with_draws(cases, "m047_main_construction"):
+        tokens, targets = make_batch(cfg, 1, 2, rng.randrange(1, 10_000))
         info = probe_call(stage_probe, fn, cfg, n, tokens[0], targets[0], name="build_my_stage",
                           shown=f"build_my_stage(cfg, <stage>, {n})")
         for s, entry in enumerate(info["stages"]):
@@ -327,10 +343,10 @@ def pipeline_probe(step, cfg, n, tokens, targets):
             "grads": [{str(k): p.grad for k, p in st.named_parameters()} for st in stages]}
 
 
-def _pipeline_run(fn, cfg, n, m, mbs=2):
+def _pipeline_run(fn, cfg, n, m, rng: random.Random, mbs=2):
     from ...runtime.grads import reference_grads
     from ...runtime.model import make_batch
-    tokens, targets = make_batch(cfg, m, mbs, hidden_rng("m048_main").randrange(1, 10_000))
+    tokens, targets = make_batch(cfg, m, mbs, rng.randrange(1, 10_000))
     what = f"pipeline_step(<{n} stages>, {m} microbatches)"
     info = probe_call(pipeline_probe, fn, cfg, n, tokens, targets, name="pipeline_step",
                       shown=f"pipeline_step(<{n} stages>, <{m} microbatches of tokens>, <targets>)")
@@ -343,8 +359,8 @@ def _pipeline_run(fn, cfg, n, m, mbs=2):
 
 def check_last_stage(fn, cases) -> None:
     import torch
-    for cfg, n, m in cases:
-        info, ref, _, _, what = _pipeline_run(fn, cfg, n, m)
+    for (cfg, n, m), rng in _with_draws(cases, "m048_main"):
+        info, ref, _, _, what = _pipeline_run(fn, cfg, n, m, rng)
         for s, calls in enumerate(info["calls"]):
             if calls != m:
                 fail(f"{what} ran stage {s} {calls} times; every stage runs once per microbatch ({m})")
@@ -372,8 +388,8 @@ def check_scaling(fn, cases) -> None:
     import torch
 
     from ...runtime.model import GPT, lm_loss
-    for cfg, n, m in cases:
-        info, ref, tokens, targets, what = _pipeline_run(fn, cfg, n, m)
+    for (cfg, n, m), rng in _with_draws(cases, "m048_main"):
+        info, ref, tokens, targets, what = _pipeline_run(fn, cfg, n, m, rng)
         name, g = next(iter(info["grads"][-1].items()))
         if g is None:
             fail(f"{what} left no gradient on the last stage")
@@ -432,8 +448,13 @@ def log_tensor_probe(fn, w0, x, y):
 
 
 def check_log_tensor(fn) -> None:
+    for rng in _draws("m048_follow_autograd"):
+        _check_log_tensor(fn, rng)
+
+
+def _check_log_tensor(fn, rng: random.Random) -> None:
     import torch
-    gen = _generator("m048_follow_autograd")
+    gen = _generator(rng)
     w = torch.randn(4, 5, generator=gen, requires_grad=True)
     x, y = torch.randn(6, 4, generator=gen), torch.randint(0, 5, (6,), generator=gen)
     loss = torch.nn.functional.cross_entropy(x @ w, y)
@@ -496,8 +517,9 @@ def check_vocab_parallel(fn, cases) -> None:
 
     import torch
     import torch.nn.functional as F
-    for n, vocab, tp, scale, seed in cases:
-        gen = torch.Generator().manual_seed(seed + 7919 * grading_seed())
+    salts = (0, 1 + grading_seed())  # each case with fixed logits first, then the grade's own
+    for (n, vocab, tp, scale, seed), salt in [(case, k) for case in cases for k in salts]:
+        gen = torch.Generator().manual_seed(seed + 7919 * salt)
         logits = torch.randn(n, vocab, generator=gen, dtype=torch.float32) * scale
         targets = torch.randint(0, vocab, (n,), generator=gen)
         want = F.cross_entropy(logits, targets)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ...schedules import build_schedule
 from ...sim import simulate
 from ...trace import Timeline
+from ..parts import Parts
 from ..timeline import GridError, check_timeline, parse_grid
 from .common import (
     call,
@@ -20,7 +21,6 @@ from .common import (
     close,
     describe,
     drawn,
-    expect_keys,
     expect_number,
     expect_type,
     fail,
@@ -92,10 +92,21 @@ def check_1f1b_order(one_f_one_b_grid) -> None:
 # -- read off the drawings: memory and idle ------------------------------------------------------------
 
 def _per_rank(value, what: str) -> list[float]:
-    expect_type(value, (list, tuple), what)
+    expect_type(value, (list, tuple), f"{what} (a list of {PP} numbers, rank 0 first)")
     if len(value) != PP:
-        fail(f"{what} needs one number per rank ({PP}), got {len(value)}: {describe(value)}")
+        fail(f"{what} needs one number per rank, a list of {PP} numbers in rank order (rank 0 first); got "
+             f"{len(value)}: {describe(value)}")
     return [expect_number(v, f"{what}[{r}]") for r, v in enumerate(value)]
+
+
+def _per_schedule(mapping, what: str, each: str) -> None:
+    """``mapping`` is the dict the lab asks for, {'gpipe': ..., '1f1b': ...}; the feedback names that form."""
+    form = f"a dict {{'gpipe': {each}, '1f1b': {each}}}"
+    expect_type(mapping, dict, f"{what} ({form})")
+    missing = [k for k in SCHEDULES if k not in mapping]
+    if missing:
+        fail(f"{what} is missing {', '.join(map(repr, missing))} (it has {', '.join(map(repr, mapping)) or 'no keys'})"
+             f": it must be {form}")
 
 
 def _fmt(values) -> str:
@@ -104,16 +115,24 @@ def _fmt(values) -> str:
 
 @check
 def check_peaks(peak_live) -> None:
-    expect_keys(peak_live, SCHEDULES, "peak_live")
+    """Two parts: GPipe's peaks and 1F1B's (swapped schedules fail both)."""
+    _per_schedule(peak_live, "peak_live", "[4 numbers, rank 0 first]")
     sims = _slots()
     want = {name: sims[name].peak_activations for name in SCHEDULES}
     got = {name: _per_rank(peak_live[name], f"peak_live[{name!r}]") for name in SCHEDULES}
     if got["gpipe"] == want["1f1b"] and got["1f1b"] == want["gpipe"]:
         fail("peak_live['gpipe'] and peak_live['1f1b'] are swapped")
-    if got["gpipe"] != want["gpipe"]:
-        fail(f"peak_live['gpipe'] is {_fmt(got['gpipe'])}: in GPipe every rank runs all M = {M} forwards before "
-             f"its first backward, so each holds {max(want['gpipe'])} microbatches' activations at the turn")
-    g, w = got["1f1b"], want["1f1b"]
+    parts = Parts()
+    with parts.part():
+        if got["gpipe"] != want["gpipe"]:
+            fail(f"peak_live['gpipe'] is {_fmt(got['gpipe'])}: in GPipe every rank runs all M = {M} forwards before "
+                 f"its first backward, so each holds {max(want['gpipe'])} microbatches' activations at the turn")
+    with parts.part():
+        _peaks_1f1b(got["1f1b"], want["1f1b"])
+    parts.done()
+
+
+def _peaks_1f1b(g, w) -> None:
     if g == w:
         return
     if all(v == 1 for v in g):
@@ -135,43 +154,56 @@ def check_peaks(peak_live) -> None:
 
 @check
 def check_bubble(idle_slots, bubble_fraction) -> None:
-    expect_keys(idle_slots, SCHEDULES, "idle_slots")
-    expect_keys(bubble_fraction, SCHEDULES, "bubble_fraction")
+    """Four parts: each schedule's idle slots and each schedule's bubble fraction.  A fraction computed right from
+    the student's own (wrong) idle slots costs nothing more: the idle slots' part already lost."""
+    _per_schedule(idle_slots, "idle_slots", "[4 numbers, rank 0 first]")
+    _per_schedule(bubble_fraction, "bubble_fraction", "a number")
     sims = _slots()
+    parts, mine = Parts(), {}
     for name in SCHEDULES:
-        res = sims[name]
-        got = _per_rank(idle_slots[name], f"idle_slots[{name!r}]")
-        want = res.idle
-        if got == want:
-            continue
-        tl = Timeline.from_sim(res)
-        inner = [sum(b - a for a, b in tl.idle_gaps(r) if a > 0 and b < res.makespan) for r in range(PP)]
-        leading = [sum(b - a for a, b in tl.idle_gaps(r) if a == 0) for r in range(PP)]
-        if got == inner:
-            fail(f"idle_slots[{name!r}] = {_fmt(got)} counts only the gaps between a rank's first and last op; the "
-                 "'.' before the first op (fill) and after the last (drain) are idle too")
-        if got == leading:
-            fail(f"idle_slots[{name!r}] = {_fmt(got)} counts only the fill at the start; the drain at the end and "
-                 "the waits in between are idle too")
-        if name == "1f1b" and sum(got) < sum(sims["gpipe"].idle):
-            fail(f"idle_slots['1f1b'] = {_fmt(got)} is less idle than GPipe's: count the '.' on each row up to "
-                 "the step's last slot -- 1F1B moves the idle slots, it does not remove any")
-        fail(f"idle_slots[{name!r}] = {_fmt(got)}; count the '.' on every row up to the step's last slot "
-             f"(the step is {res.makespan:g} slots long)")
+        with parts.part():
+            mine[name] = _per_rank(idle_slots[name], f"idle_slots[{name!r}]")
+            _idle_slots(name, mine[name], sims)
     for name in SCHEDULES:
-        res = sims[name]
-        got = expect_number(bubble_fraction[name], f"bubble_fraction[{name!r}]")
-        if close(got, res.bubble_fraction, abs_=1e-3):
-            continue
-        if close(got, res.bubble_over_ideal, abs_=1e-3):
-            fail(f"bubble_fraction[{name!r}] = {got:.3f} divides the idle time by the ideal (busy) time -- that is "
-                 "the Megatron paper's bubble ratio (pp-1)/M; the bubble fraction is idle over all ranks' total "
-                 "time, pp x makespan")
-        if name == "1f1b" and got < sims["gpipe"].bubble_fraction - 1e-3:
-            fail(f"bubble_fraction['1f1b'] = {got:.3f} is smaller than GPipe's, but with equal stages both "
-                 "schedules fill and drain the same pipe: the bubbles are equal")
-        fail(f"bubble_fraction[{name!r}] = {got:.3f}, the simulator gives {res.bubble_fraction:.3f}: total idle "
-             f"slots over pp x makespan")
+        with parts.part():
+            res = sims[name]
+            got = expect_number(bubble_fraction[name], f"bubble_fraction[{name!r}]")
+            if close(got, res.bubble_fraction, abs_=1e-3):
+                continue
+            own = mine.get(name)
+            if own is not None and own != res.idle and close(got, sum(own) / (PP * res.makespan), abs_=1e-3):
+                continue  # right from the student's own idle slots: that mistake is the idle slots' part
+            if close(got, res.bubble_over_ideal, abs_=1e-3):
+                fail(f"bubble_fraction[{name!r}] = {got:.3f} divides the idle time by the ideal (busy) time -- that "
+                     "is the Megatron paper's bubble ratio (pp-1)/M; the bubble fraction is idle over all ranks' "
+                     "total time, pp x makespan")
+            if name == "1f1b" and got < sims["gpipe"].bubble_fraction - 1e-3:
+                fail(f"bubble_fraction['1f1b'] = {got:.3f} is smaller than GPipe's, but with equal stages both "
+                     "schedules fill and drain the same pipe: the bubbles are equal")
+            fail(f"bubble_fraction[{name!r}] = {got:.3f} is not the simulator's bubble fraction (to 3 decimals): "
+                 "total idle slots over pp x makespan")
+    parts.done()
+
+
+def _idle_slots(name, got, sims) -> None:
+    res = sims[name]
+    if got == res.idle:
+        return
+    tl = Timeline.from_sim(res)
+    inner = [sum(b - a for a, b in tl.idle_gaps(r) if a > 0 and b < res.makespan) for r in range(PP)]
+    leading = [sum(b - a for a, b in tl.idle_gaps(r) if a == 0) for r in range(PP)]
+    if got == inner:
+        fail(f"idle_slots[{name!r}] = {_fmt(got)} counts only the gaps between a rank's first and last op; the "
+             "'.' before the first op (fill) and after the last (drain) are idle too")
+    if got == leading:
+        fail(f"idle_slots[{name!r}] = {_fmt(got)} counts only the fill at the start; the drain at the end and "
+             "the waits in between are idle too")
+    if name == "1f1b" and sum(got) < sum(sims["gpipe"].idle):
+        fail(f"idle_slots['1f1b'] = {_fmt(got)} is less idle than GPipe's: count the '.' on each row up to "
+             "the step's last slot -- 1F1B moves the idle slots, it does not remove any")
+    bad = next(r for r in range(PP) if got[r] != res.idle[r])
+    fail(f"idle_slots[{name!r}] = {_fmt(got)} is wrong on rank {bad}: count the '.' on every row up to the step's "
+         f"last slot (the {name} step is {res.makespan:g} slots long)")
 
 
 # -- imbalance and P2P -----------------------------------------------------------------------------------
@@ -182,39 +214,51 @@ def _latency_hops(name: str) -> float:
 
 @check
 def check_imbalance(slow_makespan, latency_hops) -> None:
-    expect_keys(slow_makespan, SCHEDULES, "slow_makespan")
-    expect_keys(latency_hops, SCHEDULES, "latency_hops")
+    """Four parts: each schedule's slow-stage makespan and each schedule's latency count."""
+    _per_schedule(slow_makespan, "slow_makespan", "a number (time units)")
+    _per_schedule(latency_hops, "latency_hops", "a whole number")
+    parts = Parts()
     for name in SCHEDULES:
-        got = expect_number(slow_makespan[name], f"slow_makespan[{name!r}]")
-        want = _sim(name, fwd=SLOW_FWD, bwd=SLOW_BWD).makespan
-        if close(got, want):
-            continue
-        equal = _sim(name).makespan
-        if close(got, equal):
-            fail(f"slow_makespan[{name!r}] = {got:g} is the equal-stage step; pass fwd={SLOW_FWD}, bwd={SLOW_BWD}")
-        if close(got, _sim(name, fwd=SLOW_FWD).makespan):
-            fail(f"slow_makespan[{name!r}] = {got:g} slows only stage 2's forward; a 2x slower stage takes twice "
-                 f"as long for its backward too (bwd={SLOW_BWD})")
-        if close(got, 2 * equal):
-            fail(f"slow_makespan[{name!r}] = {got:g} doubles the whole step; only stage 2 is slower -- simulate it")
-        fail(f"slow_makespan[{name!r}] = {got:g}, the simulator gives {want:g} with fwd={SLOW_FWD}, bwd={SLOW_BWD}")
+        with parts.part():
+            _slow_makespan(name, expect_number(slow_makespan[name], f"slow_makespan[{name!r}]"))
     for name in SCHEDULES:
-        got = expect_number(latency_hops[name], f"latency_hops[{name!r}]")
-        want = _latency_hops(name)
-        if close(got, want, abs_=1e-6):
-            continue
-        res = _sim(name)
-        if close(got, len(res.transfers)):
-            fail(f"latency_hops[{name!r}] = {got:g} is every transfer of the step; most overlap with compute -- only "
-                 "the latencies on the critical path make the step longer: measure the makespan difference")
-        if name == "1f1b" and close(got, _latency_hops("gpipe"), abs_=1e-6):
-            fail(f"latency_hops['1f1b'] = {got:g} is GPipe's count (the fill and the drain); in 1F1B's steady state "
-                 "each backward waits for a gradient that waited for a forward, so the critical path crosses the "
-                 "boundaries many more times -- measure it")
-        if close(got, want * LATENCY, abs_=1e-6):
-            fail(f"latency_hops[{name!r}] = {got:g} is the extra time; divide it by the latency {LATENCY:g}")
-        fail(f"latency_hops[{name!r}] = {got:g}, the simulator gives {want:.0f}: "
-             f"(makespan with p2p_latency={LATENCY:g} - makespan without) / {LATENCY:g}")
+        with parts.part():
+            _hops(name, expect_number(latency_hops[name], f"latency_hops[{name!r}]"))
+    parts.done()
+
+
+def _slow_makespan(name, got) -> None:
+    want = _sim(name, fwd=SLOW_FWD, bwd=SLOW_BWD).makespan
+    if close(got, want):
+        return
+    equal = _sim(name).makespan
+    if close(got, equal):
+        fail(f"slow_makespan[{name!r}] = {got:g} is the equal-stage step; pass fwd={SLOW_FWD}, bwd={SLOW_BWD}")
+    if close(got, _sim(name, fwd=SLOW_FWD).makespan):
+        fail(f"slow_makespan[{name!r}] = {got:g} slows only stage 2's forward; a 2x slower stage takes twice "
+             f"as long for its backward too (bwd={SLOW_BWD})")
+    if close(got, 2 * equal):
+        fail(f"slow_makespan[{name!r}] = {got:g} doubles the whole step; only stage 2 is slower -- simulate it")
+    fail(f"slow_makespan[{name!r}] = {got:g} is not the makespan the simulator gives with fwd={SLOW_FWD}, "
+         f"bwd={SLOW_BWD} -- it is {'longer' if got > want else 'shorter'}")
+
+
+def _hops(name, got) -> None:
+    want = _latency_hops(name)
+    if close(got, want, abs_=1e-6):
+        return
+    res = _sim(name)
+    if close(got, len(res.transfers)):
+        fail(f"latency_hops[{name!r}] = {got:g} is every transfer of the step; most overlap with compute -- only "
+             "the latencies on the critical path make the step longer: measure the makespan difference")
+    if name == "1f1b" and close(got, _latency_hops("gpipe"), abs_=1e-6):
+        fail(f"latency_hops['1f1b'] = {got:g} is GPipe's count (the fill and the drain); in 1F1B's steady state "
+             "each backward waits for a gradient that waited for a forward, so the critical path crosses the "
+             "boundaries many more times -- measure it")
+    if close(got, want * LATENCY, abs_=1e-6):
+        fail(f"latency_hops[{name!r}] = {got:g} is the extra time; divide it by the latency {LATENCY:g}")
+    fail(f"latency_hops[{name!r}] = {got:g} is {'more' if got > want else 'fewer'} than the simulator measures: "
+         f"(makespan with p2p_latency={LATENCY:g} - makespan without) / {LATENCY:g}")
 
 
 # -- M042 follow-up: why 1F1B keeps the bubble ------------------------------------------------------------
@@ -256,7 +300,7 @@ def check_drain(drain_idle) -> None:
         fail(f"drain_idle = {_fmt(got)} is reversed: the last backward of the step runs on rank 0, so rank 0 "
              "works to the end and the later ranks finish earlier")
     if got == fill:
-        fail(f"drain_idle = {_fmt(got)} charges f per rank, but the drain is backwards travelling up the pipe: "
+        fail(f"drain_idle = {_fmt(got)} is too short: the drain is backwards travelling up the pipe, "
              f"b = {B_COST:g} each")
     if not any(got):
         fail("drain_idle is 0 everywhere: 1F1B still drains -- once the last backward has left a rank, that rank "
@@ -274,10 +318,12 @@ def check_rank_idle(rank_idle, cases) -> None:
                 continue
             want = idle[0]
             if close(got, (pp - 1) * f) or close(got, (pp - 1) * b):
-                fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts the pp - 1 offsets for only one direction; "
+                fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts the stage offsets "
+                     "(pp - 1 of them) for only one direction; "
                      f"each rank loses them in the forward fill and again in the backward drain: {want:g}")
             if close(got, want * pp / (pp - 1)):
-                fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts pp offsets; there are pp - 1 boundaries")
+                fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts pp offsets; the "
+                     "boundaries between the stages are one fewer, pp - 1")
             more = expect_number(call(rank_idle, pp, m + 4, f, b, name="rank_idle"),
                                  f"rank_idle({pp}, {m + 4}, {f}, {b})")
             if not close(got, more) and close(want, _sim(name, pp, m + 4, fwd=f, bwd=b).idle[0]):
@@ -293,29 +339,34 @@ def _b_starts(res, rank: int) -> list[float]:
 
 @check
 def check_slow_stage(slow_beat, slow_idle) -> None:
+    """Two parts: the beat and the idle time per rank."""
     slow = _sim("1f1b", fwd=SLOW_FWD, bwd=SLOW_BWD)
     equal = _sim("1f1b")
-    beat = expect_number(slow_beat, "slow_beat")
-    b0, b1 = _b_starts(slow, 0)[:2]
-    e0, e1 = _b_starts(equal, 0)[:2]
-    if not close(beat, b1 - b0):
-        if close(beat, e1 - e0):
-            fail(f"slow_beat = {beat:g} is the beat with equal stages; with stage 2 twice as slow, rank 0 gets each "
-                 "gradient only as fast as stage 2 releases them -- measure it")
-        fail(f"slow_beat = {beat:g}: it is the time from the start of rank 0's B0 to the start of its B1 "
-             f"in the slow simulation")
-    got = _per_rank(slow_idle, "slow_idle")
-    want = slow.idle
-    if got == want:
-        return
-    if got == equal.idle:
-        fail(f"slow_idle = {_fmt(got)} is the equal-stage idle; simulate fwd={SLOW_FWD}, bwd={SLOW_BWD}")
-    fast = [r for r in range(PP) if SLOW_FWD[r] == min(SLOW_FWD)]
-    if all(close(got[r], equal.idle[r]) for r in fast):
-        fail(f"slow_idle = {_fmt(got)} leaves the other ranks' idle time unchanged, but the slowness propagates: "
-             "every other rank waits for stage 2 on every beat, before and after it in the pipe")
-    bad = next(r for r in range(PP) if not close(got[r], want[r]))
-    fail(f"slow_idle[{bad}] = {got[bad]:g}, the simulator gives {want[bad]:g}")
+    parts = Parts()
+    with parts.part():
+        beat = expect_number(slow_beat, "slow_beat (a number, time units)")
+        b0, b1 = _b_starts(slow, 0)[:2]
+        e0, e1 = _b_starts(equal, 0)[:2]
+        if not close(beat, b1 - b0):
+            if close(beat, e1 - e0):
+                fail(f"slow_beat = {beat:g} is the beat with equal stages; with stage 2 twice as slow, rank 0 gets "
+                     "each gradient only as fast as stage 2 releases them -- measure it")
+            fail(f"slow_beat = {beat:g} is {'longer' if beat > b1 - b0 else 'shorter'} than the beat: it is the time "
+                 "from the start of rank 0's B0 to the start of its B1 in the slow simulation")
+    with parts.part():
+        got = _per_rank(slow_idle, "slow_idle")
+        want = slow.idle
+        if got != want:
+            if got == equal.idle:
+                fail(f"slow_idle = {_fmt(got)} is the equal-stage idle; simulate fwd={SLOW_FWD}, bwd={SLOW_BWD}")
+            fast = [r for r in range(PP) if SLOW_FWD[r] == min(SLOW_FWD)]
+            if all(close(got[r], equal.idle[r]) for r in fast):
+                fail(f"slow_idle = {_fmt(got)} leaves the other ranks' idle time unchanged, but the slowness "
+                     "propagates: every other rank waits for stage 2 on every beat, before and after it in the pipe")
+            bad = next(r for r in range(PP) if not close(got[r], want[r]))
+            fail(f"slow_idle[{bad}] = {got[bad]:g} is {'more' if got[bad] > want[bad] else 'less'} than rank {bad}'s "
+                 f"idle time in the slow simulation (fwd={SLOW_FWD}, bwd={SLOW_BWD})")
+    parts.done()
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
@@ -323,4 +374,6 @@ def hidden_rank_idle_cases(rng) -> list:
     def make(r):
         f = r.choice([0.5, 1, 1.5, 2])
         return r.randint(2, 8), r.randint(1, 16), f, f * r.choice([1, 1.5, 2, 3])
-    return drawn(rng, 2, make, fixed=[(3, 2, 2, 3)])
+    # fixed first, so a known wrong formula fails on the same case under every seed: f != 1 and b != 2f
+    # (a formula that assumes them), M < pp and M = 1 (one that caps the offsets at M), a long pipe, M = pp - 1
+    return drawn(rng, 2, make, fixed=[(3, 2, 2, 3), (5, 1, 0.5, 1.5), (8, 3, 1.5, 1.5), (6, 5, 2, 3)])

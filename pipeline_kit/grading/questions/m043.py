@@ -18,12 +18,13 @@ from ...schedules import Op, OpParseError, Schedule, ScheduleError, ScheduleText
 from ...sim import simulate
 from ...trace import Timeline
 from .. import kitfree
+from ..parts import Parts
+from ..parts import plural
 from .common import (
     call,
     check,
     describe,
     drawn,
-    expect_keys,
     expect_number,
     expect_type,
     fail,
@@ -73,14 +74,24 @@ def _texts(ops) -> str:
     return " ".join(op.text() for op in ops) or "(nothing)"
 
 
-def _phases(func, pp, m, r):
+PHASES_FORM = "a tuple (warmup, steady, cooldown) of three lists of op strings such as 'F3', 'B0'"
+
+
+def _phases(func, pp, m, r, only_warmup: bool = False):
+    """The student's three phases as ops; only the warmup with ``only_warmup``; None for a warmup of more forwards
+    than there are microbatches (its length is the warmup check's: it would cost the phases' points again)."""
     label = f"one_f_one_b_phases({pp}, {m}, {r})"
     got = call(func, pp, m, r, name="one_f_one_b_phases")
-    expect_type(got, (tuple, list), label)
+    expect_type(got, (tuple, list), f"{label} ({PHASES_FORM})")
     if len(got) != 3:
-        fail(f"{label} must return (warmup, steady, cooldown), three lists of ops; got {len(got)} items")
-    return [_ops(part, f"{label}[{i}] ({name})") for i, (part, name) in
-            enumerate(zip(got, ("warmup", "steady", "cooldown")))], label
+        fail(f"{label} must return {PHASES_FORM}; got {plural(len(got), 'item')}")
+    warm = _ops(got[0], f"{label}[0] (warmup)")
+    if only_warmup:
+        return warm
+    if len(warm) > m and all(op.kind == "F" for op in warm):
+        return None
+    return [warm] + [_ops(part, f"{label}[{i}] ({name})") for i, (part, name) in
+                     enumerate(zip(got, ("warmup", "steady", "cooldown"))) if i > 0], label
 
 
 # -- the three phases (3 points) ---------------------------------------------------------------------
@@ -92,37 +103,50 @@ def check_phases(func, cases) -> None:
 
 
 def _check_phases(func, cases) -> None:
-    for pp, m in cases:
-        for r in range(pp):
-            (warm, steady, cool), label = _phases(func, pp, m, r)
+    """Three parts, one per phase, each judged for the student's own warmup length (the length is the next check's):
+    a form error (not three lists of ops) fails all three."""
+    got = [(found, m) for pp, m in cases for r in range(pp) if (found := _phases(func, pp, m, r)) is not None]
+    parts = Parts()
+    with parts.part():
+        for ((warm, _, _), label), m in got:
             w = len(warm)
             if any(op.kind != "F" for op in warm):
                 fail(f"{label}: the warmup runs forwards only -- it fills the pipe below the rank before any gradient "
                      f"can come back; got {_texts(warm)}")
-            if w > m:
-                fail(f"{label}: {w} warmup forwards, but there are only M = {m} microbatches")
-            want_warm, want_steady, want_cool = (list(map(Op.parse, part)) for part in shaped(w, m))
+            want_warm = [Op("F", i) for i in range(w)]
             if warm != want_warm:
                 fail(f"{label}: the warmup runs the first {w} microbatches in order, {_texts(want_warm)}; "
                      f"got {_texts(warm)}")
-            if steady != want_steady:
-                _steady_problem(label, w, m, steady, want_steady)
+    with parts.part():
+        for ((warm, steady, _), label), m in got:
+            w = len(warm)
+            if w <= m and steady != [Op.parse(t) for t in shaped(w, m)[1]]:
+                _steady_problem(label, w, m, steady, [Op.parse(t) for t in shaped(w, m)[1]])
+    with parts.part():
+        for ((warm, _, cool), label), m in got:
+            w = len(warm)
+            if w > m:
+                continue
+            want_cool = [Op.parse(t) for t in shaped(w, m)[2]]
             if any(op.kind != "B" for op in cool):
                 fail(f"{label}: the cooldown runs no forwards (all {m} have run by then), only the backwards left; "
                      f"got {_texts(cool)}")
             if len(cool) != len(want_cool):
                 fail(f"{label}: the cooldown drains the microbatches still in flight after the last forward -- as "
-                     f"many as the warmup put in, {w}; got {len(cool)} backwards")
+                     f"many as the warmup put in, {w}; got {plural(len(cool), 'backward')}")
             if cool != want_cool:
                 fail(f"{label}: the cooldown runs the backwards left in microbatch order, {_texts(want_cool)}; "
                      f"got {_texts(cool)}")
+    parts.done()
 
 
 def _steady_problem(label, w, m, steady, want) -> None:
     pairs = m - w
     if len(steady) != len(want):
-        fail(f"{label}: after {w} warmup forwards, M - warmup = {pairs} forward/backward pairs remain: the steady "
-             f"state has {len(want)} ops, got {len(steady)} ({_texts(steady[:6])}{' ...' if len(steady) > 6 else ''})")
+        more = " ..." if len(steady) > 6 else ""
+        fail(f"{label}: after {plural(w, 'warmup forward')}, M - warmup leaves "
+             f"{plural(pairs, 'forward/backward pair')}: the steady state has {plural(len(want), 'op')}, got "
+             f"{len(steady)} ({_texts(steady[:6])}{more})")
     kinds = "".join(op.kind for op in steady)
     if kinds != "FB" * pairs:
         fail(f"{label}: the steady state alternates one forward, then one backward, starting with a forward; got "
@@ -151,41 +175,65 @@ def check_warmup(func, cases) -> None:
 
 def _check_warmup(func, cases) -> None:
     for pp, m in cases:
-        got = [len(_phases(func, pp, m, r)[0][0]) for r in range(pp)]
+        got = [len(_phases(func, pp, m, r, only_warmup=True)) for r in range(pp)]
         want = [megatron_warmup(pp, m, r) for r in range(pp)]
         if got == want:
             continue
         r = next(i for i in range(pp) if got[i] != want[i])
         w, label = got[r], f"one_f_one_b_phases({pp}, {m}, {r})"
+        runs = plural(w, "warmup forward")
         if pp > 2 and len(set(got)) == 1:
-            fail(f"{label}: every rank runs {w} warmup forwards, but the warmup differs by rank: a later rank has "
-                 f"fewer stages below it to fill, so its first gradient comes back sooner (rank {r} runs {want[r]})")
+            fail(f"{label}: every rank runs {runs}, but the warmup differs by rank: a later rank has "
+                 f"fewer stages below it to fill, so its first gradient comes back sooner (on rank {r}, 1F1B's warmup "
+                 f"is {want[r]})")
         if w == want[r] + 1 and want[r] == pp - r - 1:
-            fail(f"{label}: {w} warmup forwards is one too many -- rank {r} runs pp - rank - 1 = {want[r]}; the "
+            fail(f"{label}: {runs} is one too many -- on rank {r} the warmup is pp - rank - 1 = {want[r]}; the "
                  "next forward is already the first of the steady state (that is why the last rank runs none)")
         if w == pp - r - 1 and w > m:
-            fail(f"{label}: {w} warmup forwards, but there are only M = {m} microbatches -- the warmup is "
-                 f"min(pp - rank - 1, M) = {want[r]}")
+            fail(f"{label}: {runs}, but there are only M = {plural(m, 'microbatch', 'microbatches')} -- the "
+                 f"warmup is min(pp - rank - 1, M) = {want[r]}")
         if got == want[::-1]:
-            fail(f"{label}: {w} warmup forwards -- the warmups are reversed; rank 0 has the most stages below it to "
+            fail(f"{label}: {runs} -- the warmups are reversed; rank 0 has the most stages below it to "
                  "fill, the last rank none")
-        fail(f"{label}: {w} warmup forwards, 1F1B runs {want[r]} on rank {r} (pp = {pp}, M = {m})")
+        fail(f"{label}: {runs}, 1F1B runs {want[r]} on rank {r} (pp = {pp}, M = {m})")
 
 
 # -- the whole order: dependencies and exact equality (3 points) ------------------------------------------
 
 @check
-def check_order(func, cases) -> None:
+def check_order(func, cases, phases=None) -> None:
     """The whole order, run where the kit cannot be imported (:mod:`..kitfree`): the kit's generator, reached by any
-    route, is not the student's answer."""
+    route, is not the student's answer.  An order that is the student's own ``phases`` joined (reused or written
+    the same way) is judged by the validator only: where it differs from 1F1B, the phases' and the warmup's checks
+    already charge that mistake, once."""
     with kitfree.own(func, "one_f_one_b_order", needs=("one_f_one_b_phases",)) as mine:
-        _check_order(mine, cases)
+        if phases is None:
+            _check_order(mine, cases)
+            return
+        with kitfree.own(phases, "one_f_one_b_phases") as own_phases:
+            _check_order(mine, cases, own_phases)
 
 
-def _check_order(func, cases) -> None:
+def _joined(phases, pp, m, r):
+    """The student's phases for ``r`` joined (as they came); None when they cannot be read (the phases' check says
+    why)."""
+    try:
+        got = phases(pp, m, r)
+        if not isinstance(got, (list, tuple)) or len(got) != 3 or not all(isinstance(p, (list, tuple)) for p in got):
+            return None
+        return [op for part in got for op in part]
+    except Exception:  # noqa: BLE001 -- the phases' own check reports it; here it only means "not reused"
+        return None
+
+
+def _check_order(func, cases, phases=None) -> None:
     for pp, m in cases:
-        ranks = [_ops(call(func, pp, m, r, name="one_f_one_b_order"), f"one_f_one_b_order({pp}, {m}, {r})")
-                 for r in range(pp)]
+        raw = [call(func, pp, m, r, name="one_f_one_b_order") for r in range(pp)]
+        reused = phases is not None and all(
+            isinstance(raw[r], (list, tuple)) and list(raw[r]) == _joined(phases, pp, m, r) for r in range(pp))
+        if reused and not all(_readable(ops, m) for ops in raw):
+            continue  # ops that do not exist come from the phases' warmup: the warmup check charges it, once
+        ranks = [_ops(raw[r], f"one_f_one_b_order({pp}, {m}, {r})") for r in range(pp)]
         schedule = Schedule("one_f_one_b_order", pp, m, 1, ranks)
         try:
             validate(schedule)
@@ -198,6 +246,8 @@ def _check_order(func, cases) -> None:
         if schedule.forward_only:
             fail(f"pp={pp}, M={m}: your orders run no backward at all -- that is an inference (forward-only) step; "
                  f"a training step runs B0 .. B{m - 1} on every rank")
+        if reused:
+            continue  # the student's own phases, joined: where they differ from 1F1B, their checks charge it
         for r in range(pp):
             mine, theirs = ranks[r], want.ranks[r]
             i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
@@ -205,6 +255,14 @@ def _check_order(func, cases) -> None:
                 continue
             fail(f"pp={pp}, M={m}, rank {r}, op {i + 1}: got {mine[i].text()}, 1F1B runs {theirs[i].text()} there -- "
                  + _explain(pp, m, r, i, mine, theirs))
+
+
+def _readable(ops, m) -> bool:
+    """Every op parses and names one of the ``m`` microbatches."""
+    try:
+        return all((op if isinstance(op, Op) else Op.parse(op)).microbatch in range(m) for op in ops)
+    except (OpParseError, TypeError, AttributeError):
+        return False
 
 
 def _leading_forwards(ops) -> int:
@@ -216,27 +274,37 @@ def _explain(pp, m, r, i, mine, theirs) -> str:
     lead, want_lead = _leading_forwards(mine), _leading_forwards(theirs)
     if lead != want_lead:
         if m > w:
-            return (f"rank {r} runs {lead} forwards before its first backward; 1F1B runs pp - rank - 1 = {w} warmup "
-                    f"forwards, then the first steady-state forward, so {want_lead}")
-        return (f"rank {r} runs {lead} forwards before its first backward; with M = {m} <= pp - rank - 1 = "
-                f"{pp - r - 1} the warmup is capped at M, so all {m} forwards run first")
+            return (f"on rank {r} your order runs {plural(lead, 'forward')} before its first backward; 1F1B runs "
+                    f"{plural(want_lead, 'forward')} first (its warmup, then the first forward of the steady state)")
+        return (f"on rank {r} your order runs {plural(lead, 'forward')} before its first backward; with only "
+                f"M = {plural(m, 'microbatch', 'microbatches')}, 1F1B runs all {m} forwards first on this rank")
     if i < w + 2 * (m - w):
         k = (i - w) // 2
         return (f"in the steady state each forward F{w + k} is followed by the backward of the oldest microbatch in "
                 f"flight, B{k}")
-    return f"the cooldown drains the {w} backwards left, in microbatch order"
+    return f"the cooldown drains the {plural(w, 'backward')} left, in microbatch order"
 
 
 # -- P2P order and memory (2 points) -----------------------------------------------------------------------
 
 @check
 def check_p2p_memory(max_in_flight, deadlock_example, cases) -> None:
+    """Two parts: the memory (``max_in_flight``) and the P2P deadlock (``deadlock_example``)."""
+    parts = Parts()
+    with parts.part():
+        _check_memory(max_in_flight, cases)
+    with parts.part():
+        _check_deadlock(deadlock_example)
+    parts.done()
+
+
+def _check_memory(max_in_flight, cases) -> None:
     for pp, m in cases:
         peaks = simulate(one_f_one_b(pp, m)).peak_activations
         for r in range(pp):
             label = f"max_in_flight({pp}, {m}, {r})"
             got = call(max_in_flight, pp, m, r, name="max_in_flight")
-            expect_type(got, int, label)
+            expect_type(got, int, f"{label} (a count of microbatches, an int)")
             want = peaks[r]
             if got == want:
                 continue
@@ -254,8 +322,8 @@ def check_p2p_memory(max_in_flight, deadlock_example, cases) -> None:
             if got == pp and r > 0:
                 fail(f"{label} = {got}: only rank 0 holds pp microbatches; a later rank gets its first gradient "
                      "sooner, so it holds fewer")
-            fail(f"{label} = {got}; the simulator's peak_activations for rank {r} is {want}")
-    _check_deadlock(deadlock_example)
+            fail(f"{label} = {got} is {'more' if got > want else 'fewer'} than the microbatches 1F1B keeps on "
+                 f"rank {r} at its peak (the simulator's peak_activations[{r}] is {want})")
 
 
 def _check_deadlock(example) -> None:
@@ -298,7 +366,26 @@ def check_dependencies(one_f_one_b_grid) -> None:
     if ob["every op exactly once"].points == 0:
         fail(f"one_f_one_b_grid: the dependencies are assessed once every op is drawn exactly once -- "
              f"{ob['every op exactly once'].feedback}")
-    _first_failure(ob, ("dependencies respected", "shortest makespan"), "one_f_one_b_grid")
+    _first_failure(ob, ("dependencies respected",), "one_f_one_b_grid")
+    if ob["shortest makespan"].points < ob["shortest makespan"].max_points and not (
+            ob["schedule order"].points < ob["schedule order"].max_points and _tight_for_own_order(one_f_one_b_grid)):
+        _first_failure(ob, ("shortest makespan",), "one_f_one_b_grid")
+
+
+def _tight_for_own_order(text) -> bool:
+    """The drawing is as short as the student's own (wrong) order allows: the order's mistake is the 1F1B-order
+    check's, so the timing is judged against that order, not against 1F1B's makespan."""
+    from ..timeline import parse_grid
+
+    try:
+        rows = parse_grid(text)
+        ranks = [[op for _, op in sorted(rows.get(r, []))] for r in range(PP)]
+        schedule = Schedule("drawn", PP, M, 1, ranks)
+        validate(schedule)
+    except Exception:  # noqa: BLE001 -- an unreadable or invalid drawing: the grader's own checks say why
+        return False
+    end = max(start + 1 for row in rows.values() for start, _ in row)
+    return end == simulate(schedule, fwd=1, bwd=1).makespan
 
 
 # -- reading the 1F1B drawing ------------------------------------------------------------------------------
@@ -315,65 +402,100 @@ def check_f0(f0_slots) -> None:
     if len(set(got)) == 1:
         fail(f"f0_slots puts F0 in slot {got[0]:g} on every rank; rank r + 1 can only start F0 once rank r's "
              "activation has arrived")
-    fail(f"f0_slots = {_fmt(got)}: read the slot of F0 on each row (F0 moves one rank down per slot)")
+    bad = next(r for r in range(PP) if got[r] != want[r])
+    fail(f"f0_slots = {_fmt(got)} is wrong on rank {bad}: read the slot of F0 on each row, counting from 1 "
+         "(F0 moves one rank down per slot)")
 
 
 @check
 def check_earliest_backward(earliest_backward) -> None:
-    expect_keys(earliest_backward, ("op", "rank", "slot"), "earliest_backward")
+    """Three parts: the op, the rank and the slot.  A slot that is right for the student's own (wrong) op and
+    rank costs nothing more: that mistake is the op's or the rank's part."""
+    form = "a dict {'op': an op string such as 'B3', 'rank': an int, 'slot': an int counted from 1}"
+    expect_type(earliest_backward, dict, f"earliest_backward ({form})")
+    missing = [k for k in ("op", "rank", "slot") if k not in earliest_backward]
+    if missing:
+        fail(f"earliest_backward is missing {', '.join(map(repr, missing))}: it must be {form}")
     res = _slots()["1f1b"]
     first = Timeline.from_sim(res).first_backward()
     want = {"op": first["op"], "rank": first["rank"], "slot": int(first["start"]) + 1}
     got = earliest_backward
-    if got["op"] != want["op"]:
-        fail(f"earliest_backward['op'] is {describe(got['op'])}; the first backward of the step is for the first "
-             "microbatch whose loss exists")
-    if got["rank"] != want["rank"]:
-        fail(f"earliest_backward['rank'] is {describe(got['rank'])}: backward starts from the loss, which only the "
-             f"last stage (rank {PP - 1}) computes; every other rank waits for a gradient from below")
-    slot = expect_number(got["slot"], "earliest_backward['slot']")
-    if slot == want["slot"]:
-        return
+    parts = Parts()
+    with parts.part():
+        if got["op"] != want["op"]:
+            fail(f"earliest_backward['op'] is {describe(got['op'])}; the first backward of the step is for the first "
+                 "microbatch whose loss exists (an op string, e.g. 'B3')")
+    with parts.part():
+        if got["rank"] != want["rank"]:
+            fail(f"earliest_backward['rank'] is {describe(got['rank'])}: backward starts from the loss, which only "
+                 "the last stage computes; every other rank waits for a gradient from below")
+    with parts.part():
+        slot = expect_number(got["slot"], "earliest_backward['slot']")
+        if slot != want["slot"] and slot != _own_slot(res, got["op"], got["rank"], want):
+            _slot_problem(res, slot, want)
+    parts.done()
+
+
+def _own_slot(res, op, rank, want):
+    """The slot (from 1) of the student's own op on the student's own rank, if that is not the right pair."""
+    if (op, rank) == (want["op"], want["rank"]) or not isinstance(op, str) or type(rank) is not int:
+        return None
+    try:
+        mine = Op.parse(op)
+    except OpParseError:
+        return None
+    return next((e.start + 1 for e in res.events if e.rank == rank and e.op == mine), None)
+
+
+def _slot_problem(res, slot, want) -> None:
     f0_end = next(e.end for e in res.events if e.rank == want["rank"] and e.op == Op("F", 0))
     if slot == f0_end:
-        fail(f"earliest_backward['slot'] = {slot:g} is the slot of F0 on rank {want['rank']}; B0 needs that forward "
-             "(and the loss) finished, so it takes the next slot")
+        fail(f"earliest_backward['slot'] = {slot:g} is one slot early: the first backward needs its own forward "
+             "(and the loss) finished, so it takes the slot after that forward")
     if slot == want["slot"] - 1:
         fail(f"earliest_backward['slot'] = {slot:g}: count slots from 1")
-    b0_rank0 = next(e.start for e in res.events if e.rank == 0 and e.op == Op("B", 0)) + 1
-    if slot == b0_rank0:
-        fail(f"earliest_backward['slot'] = {slot:g} is when rank 0's B0 runs, the last of the B0s")
-    fail(f"earliest_backward['slot'] = {slot:g} is not the slot of {want['op']} on rank {want['rank']}")
+    fail(f"earliest_backward['slot'] = {slot:g} is {'later' if slot > want['slot'] else 'earlier'} than the first "
+         "backward of your drawing's step: find the earliest B on any row")
 
 
 @check
 def check_rank0(rank0_warmup, rank0_b0_slot) -> None:
+    """Two parts: rank 0's warmup count and the slot of its B0."""
     res = _slots()["1f1b"]
     tl = Timeline.from_sim(res)
-    end = tl.phases(0)["warmup"][1]
-    warm = sum(1 for o in tl.rank_ops(0) if o["kind"] == "F" and o["end"] <= end)
-    got = expect_number(rank0_warmup, "rank0_warmup")
-    if got != warm:
-        if got == warm + 1:
-            fail(f"rank0_warmup = {got:g} also counts the forward right before B0, which is the first of the "
-                 "steady state (one forward, then one backward); the warmup is the forwards before it")
-        if got == M:
-            fail(f"rank0_warmup = {got:g} is GPipe's: in 1F1B rank 0 only runs forwards until the pipe below it is "
-                 "full")
-        fail(f"rank0_warmup = {got:g}; count the forwards rank 0 runs before the pair F, B0 of its steady state")
-    b0 = next(e.start for e in res.events if e.rank == 0 and e.op == Op("B", 0)) + 1
-    slot = expect_number(rank0_b0_slot, "rank0_b0_slot")
-    if slot != b0:
-        first = tl.first_backward()["start"] + 1
-        if slot == first:
-            fail(f"rank0_b0_slot = {slot:g} is when the last rank starts B0; the gradient must come back through "
-                 "every rank in between, one slot each, before rank 0 can start its B0")
-        if slot == b0 - 1:
-            fail(f"rank0_b0_slot = {slot:g}: count slots from 1")
-        fail(f"rank0_b0_slot = {slot:g}; read the slot of B0 on row r0 of your drawing")
+    parts = Parts()
+    with parts.part():
+        end = tl.phases(0)["warmup"][1]
+        warm = sum(1 for o in tl.rank_ops(0) if o["kind"] == "F" and o["end"] <= end)
+        got = expect_number(rank0_warmup, "rank0_warmup (an int, a count of forwards)")
+        if got != warm:
+            if got == warm + 1:
+                fail(f"rank0_warmup = {got:g} also counts the forward right before B0, which is the first of the "
+                     "steady state (one forward, then one backward); the warmup is the forwards before it")
+            if got == M:
+                fail(f"rank0_warmup = {got:g} is GPipe's: in 1F1B rank 0 only runs forwards until the pipe below it "
+                     "is full")
+            fail(f"rank0_warmup = {got:g} is {'more' if got > warm else 'fewer'} than rank 0's warmup: count the "
+                 "forwards rank 0 runs before the pair F, B0 of its steady state")
+    with parts.part():
+        b0 = next(e.start for e in res.events if e.rank == 0 and e.op == Op("B", 0)) + 1
+        slot = expect_number(rank0_b0_slot, "rank0_b0_slot (an int, a slot counted from 1)")
+        if slot != b0:
+            first = tl.first_backward()["start"] + 1
+            if slot == first:
+                fail(f"rank0_b0_slot = {slot:g} is too early for rank 0: its B0 needs the gradient from rank 1's B0, "
+                     "which needs rank 2's, and so on down the pipe, one slot each")
+            if slot == b0 - 1:
+                fail(f"rank0_b0_slot = {slot:g}: count slots from 1")
+            fail(f"rank0_b0_slot = {slot:g} is {'later' if slot > b0 else 'earlier'} than rank 0's B0: read the slot "
+                 "of B0 on row r0 of your drawing")
+    parts.done()
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
 def hidden_order_cases(rng) -> list:
-    """(pp, M) for the 1F1B generator: one rank, one microbatch and M < pp always, four more drawn."""
-    return drawn(rng, 4, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=[(4, 2), (2, 1), (1, 3)])
+    """(pp, M) for the 1F1B generator: the fixed edge cases, then four drawn."""
+    # fixed first, so a known wrong generator fails on the same case under every seed: M < pp - 1 (a warmup or a
+    # peak not capped at M), M = 1, pp = 2 and pp = 1, M = pp - 1 and M = pp (a cap off by one), a long pipe
+    fixed = [(4, 2), (2, 1), (1, 3), (3, 1), (5, 4), (4, 4), (8, 16), (6, 3)]
+    return drawn(rng, 4, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=fixed)

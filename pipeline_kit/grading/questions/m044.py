@@ -9,6 +9,7 @@ the term that is off.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from fractions import Fraction
@@ -18,6 +19,7 @@ from ...layout.measure import service_times, simulate_from_trace, stage_fwd_bwd
 from ...schedules import build_schedule
 from ...sim import SimResult, simulate
 from ...trace import Timeline
+from ..parts import Parts
 from .common import (
     call,
     check,
@@ -56,10 +58,10 @@ def check_bubble_fraction(bubble_fraction, cases) -> None:
         want = exact.bubble_fraction
         if not close(got, float(want)):
             why = first_match(got, [
-                (Fraction(pp - 1, m), ("(pp-1)/M is the Megatron paper's bubble over the *ideal* time; the idle "
-                                       "share divides the idle time by all ranks' time, pp x (M+pp-1) slots")),
-                (Fraction(pp, m + pp - 1), ("you used pp instead of pp-1 in the numerator: each rank idles pp-1 "
-                                            "slots (it waits for pp-1 stages to fill and pp-1 to drain)")),
+                (Fraction(pp - 1, m), ("that is the Megatron paper's ratio, bubble over the *ideal* time; the idle "
+                                       "share divides the idle time by all ranks' time, pp x makespan")),
+                (Fraction(pp, m + pp - 1), ("you used pp instead of pp-1 in the numerator: each rank idles (pp-1) "
+                                            "slots (it waits while (pp-1) stages fill and (pp-1) drain)")),
                 (Fraction(pp - 1, m + pp), ("you used M+pp instead of M+pp-1 in the denominator: the last "
                                             "microbatch enters after M-1 slots and crosses pp stages, M+pp-1 in all")),
                 (Fraction(pp, m + pp), "you used pp instead of pp-1 and M+pp instead of M+pp-1"),
@@ -80,7 +82,7 @@ def check_bubble_over_ideal(bubble_over_ideal, cases) -> None:
             why = first_match(got, [
                 (Fraction(pp - 1, m + pp - 1), ("that is the idle share of the step; Megatron's ratio divides the "
                                                 "bubble time (pp-1)(f+b) by the ideal time M(f+b)")),
-                (Fraction(pp, m), "you used pp instead of pp-1: the bubble is pp-1 slots of fill and drain"),
+                (Fraction(pp, m), "you used pp instead of pp-1: the bubble is (pp-1) slots of fill and drain"),
                 (Fraction(m, pp - 1), "the ratio is upside down: bubble time over ideal time"),
             ]) or "divide (makespan - ideal) by the ideal time, the busiest rank's work"
             fail(f"bubble_over_ideal({pp}, {m}) = {got:.4g}, the simulator gives {want}: {why}")
@@ -100,9 +102,9 @@ def check_makespan(makespan, cases) -> None:
                     (m * (f + b), ("that is the ideal time, one rank's work M(f+b); the step adds (pp-1)(f+b) of "
                                    "fill and drain")),
                     ((m + pp) * (f + b), "M+pp slots instead of M+pp-1"),
-                    (m * (f + b) + (pp - 1) * f, ("the drain is missing: the last backward also crosses pp-1 "
+                    (m * (f + b) + (pp - 1) * f, ("the drain is missing: the last backward also crosses (pp-1) "
                                                   "stages, (pp-1)b")),
-                    (m * (f + b) + (pp - 1) * b, ("the fill is missing: the first forward crosses pp-1 stages, "
+                    (m * (f + b) + (pp - 1) * b, ("the fill is missing: the first forward crosses (pp-1) stages, "
                                                   "(pp-1)f, before the last rank starts")),
                     (pp * (m + pp - 1) * (f + b), ("that adds up all pp ranks' time; the makespan is one wall-clock "
                                                    "span")),
@@ -122,7 +124,7 @@ SCENARIOS = {  # name -> (schedule, pp, M, chunks, cost keywords), stated the sa
 WHY_EXACT = {
     "gpipe, f=1, b=2": "GPipe has the same critical path as 1F1B with equal stages",
     "1f1b, f=1, b=3": "the F:B ratio cancels out: fill and drain are (pp-1)(f+b) for any f and b",
-    "1f1b, M < pp (pp=8, M=4)": "fill and drain still cost pp-1 slots each, however few microbatches there are",
+    "1f1b, M < pp (pp=8, M=4)": "fill and drain still cost (pp-1) slots each, however few microbatches there are",
 }
 WHY_NOT = {
     "1f1b, last stage 1.5x slower": "a slow stage sets the beat for every rank, so the others idle more",
@@ -133,20 +135,24 @@ WHY_NOT = {
 
 @check
 def check_assumptions(formula_exact) -> None:
+    """One part per scenario: each is its own simulation."""
     expect_keys(formula_exact, SCENARIOS, "formula_exact")
+    parts = Parts()
     for key, (name, pp, m, chunks, costs) in SCENARIOS.items():
-        got = formula_exact[key]
-        expect_type(got, bool, f"formula_exact[{key!r}]")
-        result = _sim(pp, m, name, chunks, fwd=costs.get("fwd", Fraction(1)), bwd=costs.get("bwd", Fraction(2)),
-                      p2p_latency=costs.get("p2p_latency", 0))
-        formula = Fraction(pp - 1, m + pp - 1)
-        exact = result.bubble_fraction == formula
-        if got == exact:
-            continue
-        if exact:
-            fail(f"formula_exact[{key!r}] is False, but the simulator gives exactly {formula}: {WHY_EXACT[key]}")
-        fail(f"formula_exact[{key!r}] is True, but the simulator gives {float(result.bubble_fraction):.4f}, not "
-             f"{formula} = {float(formula):.4f}: {WHY_NOT[key]}")
+        with parts.part():
+            got = formula_exact[key]
+            expect_type(got, bool, f"formula_exact[{key!r}]")
+            result = _sim(pp, m, name, chunks, fwd=costs.get("fwd", Fraction(1)), bwd=costs.get("bwd", Fraction(2)),
+                          p2p_latency=costs.get("p2p_latency", 0))
+            formula = Fraction(pp - 1, m + pp - 1)
+            exact = result.bubble_fraction == formula
+            if got == exact:
+                continue
+            if exact:
+                fail(f"formula_exact[{key!r}] is False, but the simulator gives exactly {formula}: {WHY_EXACT[key]}")
+            fail(f"formula_exact[{key!r}] is True, but the simulator gives {float(result.bubble_fraction):.4f}, not "
+                 f"{formula} = {float(formula):.4f}: {WHY_NOT[key]}")
+    parts.done()
 
 
 # -- M044 main: the number -------------------------------------------------------------------------
@@ -184,6 +190,7 @@ def _relative_params() -> list[float]:
     return [c.params / costs[1].params for c in costs]
 
 
+@functools.lru_cache(maxsize=1)
 def expected_losses() -> dict[str, SimResult]:
     rel = _relative_flops()
     slow = Fraction(1) / Fraction(KERNEL_EFFICIENCY).limit_denominator()
@@ -205,8 +212,8 @@ def check_losses(losses, invisible_to_bubble, largest_loss) -> None:
         expect_type(got, SimResult, f"losses[{key!r}]")
         s = got.schedule
         if (s.name, s.pp, s.microbatches, s.chunks) != ("1f1b", PP8, M16, 1):
-            fail(f"losses[{key!r}] simulates {s.name} with pp={s.pp}, M={s.microbatches}: every case is the seeds' "
-                 f"1F1B with pp=8, M=16 -- only the costs change")
+            fail(f"losses[{key!r}] simulates {s.name} with pp={s.pp}, M={s.microbatches}: every case is the "
+                 f"interview question bank's 1F1B with pp=8, M=16 -- only the costs change")
         if close(got.makespan, exp.makespan, rel=1e-6):
             continue
         fwd, bwd, comm = got.costs.fwd, got.costs.bwd, got.costs.comm
@@ -325,7 +332,8 @@ def check_measured_bubble(measured_bubble, traces) -> None:
         fail(f"measured_bubble on {label} = {got:.4f}, expected {want:.4f}: {why}")
 
 
-# -- M044 follow-up: the seeds' 2.59x decomposed ---------------------------------------------------
+# -- M044 follow-up: the question bank's 2.59x decomposed ---------------------------------------------------
+@functools.lru_cache(maxsize=1)
 def expected_factors() -> tuple[dict[str, float], float]:
     spec = PRESETS["seed-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
@@ -335,6 +343,7 @@ def expected_factors() -> tuple[dict[str, float], float]:
     return {r.name: r.factor for r in rows if r.name != "ideal"}, latency
 
 
+@functools.lru_cache(maxsize=1)
 def _speedups() -> dict[str, float]:
     spec = PRESETS["seed-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
@@ -365,7 +374,7 @@ def check_follow_bubble(measured_efficiency, bound_speedup, factors) -> None:
                                                   "the ideal time, so the bound is pp x M/(M+pp-1)")),
             (Fraction(M16, M16 + PP8 - 1), "that is the utilisation; the speedup bound is pp times it"),
             (PP8, "8x ignores fill and drain"),
-        ], rel=2e-3) or "pp x M/(M+pp-1): 8 GPUs, each busy M of the M+pp-1 slots"
+        ], rel=2e-3) or "pp x M/(M+pp-1): 8 GPUs, each busy M of the (M+pp-1) slots"
         fail(f"bound_speedup = {bound:.4g}: {why}")
     got = _factor(factors, "bubble")
     want, _ = expected_factors()
@@ -384,9 +393,9 @@ def check_follow_imbalance(param_ratio, factors) -> None:
     got = expect_number(param_ratio, "param_ratio")
     if not expect_rounded(got, want, "param_ratio", min_decimals=2):
         why = first_match(got, [
-            (max(params) / (sum(params) / PP8), ("that is max/mean; the seeds' 2.76x is the largest stage over the "
-                                                 "smallest")),
-            (max(flops) / min(flops), "that is the forward-FLOPs ratio; the seeds quote parameters"),
+            (max(params) / (sum(params) / PP8), ("that is max/mean; the question bank's 2.76x is the largest stage "
+                                                 "over the smallest")),
+            (max(flops) / min(flops), "that is the forward-FLOPs ratio; the question bank quotes parameters"),
             (max(params) / params[-1], ("stage 0 over stage 7: both endpoints are big (embedding, output layer); "
                                         "compare with a middle stage")),
         ], rel=2e-3) or "max over min of the per-stage parameters of stage_costs(even_layout(16, 8), seed-pp8, 8)"
@@ -481,20 +490,27 @@ def check_plan(timeline_plan, traces) -> None:
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
 def hidden_formula_cases(rng) -> list:
-    """(pp, M) for the three formula functions: M = 1, M < pp and M = pp always, three more drawn."""
-    return drawn(rng, 3, lambda r: (r.randint(2, 16), r.randint(1, 64)), fixed=[(2, 1), (8, 4), (5, 5)])
+    """(pp, M) for the three formula functions: M = 1, M < pp and M = pp first, three more drawn."""
+    return drawn(rng, 3, lambda r: (r.randint(2, 8), r.randint(1, 24)), fixed=[(2, 1), (8, 4), (5, 5)])
+
+
+def fixed_traces() -> list[dict]:
+    """The traces every grade checks first: 1F1B with an uneven last stage and a mis-recorded latency, GPipe with
+    uneven stages (a schedule other than 1F1B), and interleaved with two chunks (pp x chunks stages)."""
+    return [trace_from_sim(_sim(3, 5, fwd=[1, 1, 1.5], bwd=[2, 2, 3], p2p_latency=0.2), recorded_latency=0.05),
+            trace_from_sim(_sim(3, 4, "gpipe", fwd=[1, 2, 1], bwd=[2, 4, 2], p2p_latency=0.1)),
+            trace_from_sim(_sim(2, 4, "interleaved", 2, fwd=[1, 1.5, 1, 1], bwd=[2, 3, 2, 2], p2p_latency=0.05))]
 
 
 def hidden_trace_cases(rng) -> list[dict]:
-    """Simulated traces: 1F1B, GPipe or interleaved, per-stage costs, a P2P latency and sometimes a recorded
-    latency that is not the real one; the fixed trace has an uneven last stage and a mis-recorded latency."""
+    """Simulated traces: :func:`fixed_traces` first, then 1F1B, GPipe or interleaved, per-stage costs, a P2P
+    latency and sometimes a recorded latency that is not the real one."""
     def make(r):
-        name, pp = r.choice(["1f1b", "gpipe", "interleaved"]), r.randint(2, 5)
+        name, pp = r.choice(["1f1b", "gpipe", "interleaved"]), r.randint(2, 4)
         v = 2 if name == "interleaved" else None
-        m = pp * r.randint(1, 3) if v else r.randint(1, 10)
+        m = pp * r.randint(1, 2) if v else r.randint(1, 8)
         fwd = [r.choice([1, 1, 1.2, 1.5, 2]) for _ in range(pp * (v or 1))]
         bwd = [f * r.choice([2, 2, 2.5, 3]) for f in fwd]
         sim = _sim(pp, m, name, v, fwd=fwd, bwd=bwd, p2p_latency=r.choice([0, 0.05, 0.1, 0.2]))
         return trace_from_sim(sim, recorded_latency=r.choice([None, None, 0.0, 0.05]))
-    return drawn(rng, 2, make, fixed=[trace_from_sim(_sim(3, 5, fwd=[1, 1, 1.5], bwd=[2, 2, 3], p2p_latency=0.2),
-                                                     recorded_latency=0.05)])
+    return drawn(rng, 2, make, fixed=fixed_traces())

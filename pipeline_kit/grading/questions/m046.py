@@ -14,7 +14,9 @@ from dataclasses import replace
 from ...layout import PRESETS, ModelSpec, boundary_bytes, even_layout, p2p_volume
 from ...schedules import build_schedule
 from ...sim import simulate
+from ..parts import Parts, plural
 from .common import (
+    LabCheckFailed,
     call,
     check,
     describe,
@@ -24,6 +26,7 @@ from .common import (
     expect_number,
     expect_type,
     fail,
+    plain,
 )
 
 RUN = ("--schedule", "1f1b", "-m", "8", "--steps", "1", "--layers", "4", "--hidden", "32", "--p2p-timeout", "2")
@@ -42,6 +45,39 @@ CROSSING_WHY = {
 
 
 # -- shared helpers ------------------------------------------------------------------------------
+class Calls:
+    """The student's results on a check's cases, each call made once: the check's parts (:class:`Parts`) walk
+    the cases in order and each fails on its own first failing case, so a crash on a later (drawn) case never
+    hides what a fixed case showed."""
+
+    def __init__(self, run):
+        self.run, self.done = run, {}
+
+    def __call__(self, case):
+        key = repr(case)
+        if key not in self.done:
+            try:
+                self.done[key] = (True, self.run(case))
+            except LabCheckFailed as exc:
+                self.done[key] = (False, str(exc))
+        ok, value = self.done[key]
+        if not ok:
+            fail(value)
+        return value
+
+
+def own_value(fn, *args):
+    """What the student's own helper gives for ``args`` (None when it is missing or raises): an answer built on
+    the student's helper is judged against it, so the helper's mistake costs its own check only."""
+    if fn is None or not callable(fn):
+        return None
+    try:
+        got = plain(fn(*args))
+    except Exception:  # noqa: BLE001 -- a broken helper: judge against the kit's value alone
+        return None
+    return got if isinstance(got, (int, float)) and not isinstance(got, bool) else None
+
+
 def element_bytes(dtype) -> int:
     import torch
     return torch.empty((), dtype=dtype).element_size()
@@ -55,13 +91,19 @@ def spec_for(seq, mbs, hidden, dtype) -> ModelSpec:
 @check
 def check_crossing(crossing) -> None:
     got = expect_choices(crossing, TENSORS, "crossing")
-    for name in sorted(got - {"activation", "activation_grad"}):
-        fail(f"crossing contains {name!r}: {CROSSING_WHY[name]}")
-    if "activation" not in got:
-        fail("crossing misses 'activation': stage k+1 cannot start its forward without stage k's output")
-    if "activation_grad" not in got:
-        fail("crossing misses 'activation_grad': stage k cannot continue backward without the gradient of its "
-             "output, which stage k+1 computes")
+    parts = Parts()
+    with parts.part():
+        if "activation" not in got:
+            fail("crossing misses 'activation': stage k+1 cannot start its forward without stage k's output")
+    with parts.part():
+        if "activation_grad" not in got:
+            fail("crossing misses 'activation_grad': stage k cannot continue backward without the gradient of its "
+                 "output, which the next stage computes")
+    with parts.part():
+        extra = sorted(got - {"activation", "activation_grad"}, key=TENSORS.index)
+        if extra:
+            fail("; ".join(f"crossing contains {name!r}: {CROSSING_WHY[name]}" for name in extra))
+    parts.done()
 
 
 def expected_messages(pp: int, m: int) -> set:
@@ -74,36 +116,49 @@ def expected_messages(pp: int, m: int) -> set:
     return out
 
 
+def _messages(fn, pp, m):
+    what = f"boundary_messages({pp}, {m})"
+    got = call(fn, pp, m, name="boundary_messages")
+    expect_type(got, (set, frozenset, list, tuple), what)
+    got_list = [tuple(x) if isinstance(x, (list, tuple)) else x for x in got]
+    bad = [x for x in got_list if not (isinstance(x, tuple) and len(x) == 4)]
+    if bad:
+        fail(f"{what}: each item is a tuple (tensor, microbatch, src_stage, dst_stage), got {describe(bad[0])}")
+    if len(set(got_list)) != len(got_list):
+        fail(f"{what} lists some messages twice: each crosses once per step")
+    return set(got_list)
+
+
 @check
 def check_boundary_messages(fn, cases) -> None:
-    for pp, m in cases:
-        got = call(fn, pp, m, name="boundary_messages")
-        expect_type(got, (set, frozenset, list, tuple), f"boundary_messages({pp}, {m})")
-        got_set = {tuple(x) if isinstance(x, (list, tuple)) else x for x in got}
-        want = expected_messages(pp, m)
-        if got_set == want:
-            if len(got) != len(want):
-                fail(f"boundary_messages({pp}, {m}) lists some messages twice: each crosses once per step")
-            continue
-        what = f"boundary_messages({pp}, {m})"
-        bad = [x for x in got_set if not (isinstance(x, tuple) and len(x) == 4)]
-        if bad:
-            fail(f"{what}: each item is (tensor, microbatch, src_stage, dst_stage), got {describe(bad[0])}")
-        grads = {x for x in got_set if x[0] == "activation_grad"}
-        if any(x[2] < x[3] for x in grads):
-            x = next(x for x in grads if x[2] < x[3])
-            fail(f"{what}: {x} sends a gradient from stage {x[2]} to {x[3]}; gradients flow backward, from the "
-                 "stage that used the activation to the one that produced it")
-        if not grads:
-            fail(f"{what} has no 'activation_grad' messages: backward sends the gradient of every boundary "
-                 "activation back, once per microbatch")
-        if any(x[0] == "activation" and x[3] >= pp for x in got_set):
-            fail(f"{what}: the last stage (stage {pp - 1}) sends no activation: it computes the loss")
-        missing, extra = want - got_set, got_set - want
-        if missing:
-            fail(f"{what} misses {len(missing)} message(s), e.g. {min(missing)}; there are "
-                 f"{len(want)} = 2 x {m} microbatches x {pp - 1} boundaries")
-        fail(f"{what} has {len(extra)} message(s) that do not exist, e.g. {min(extra, key=str)}")
+    """Two parts: the forward activations and the backward gradients, each on every case in order."""
+    results = Calls(lambda case: _messages(fn, *case))
+    parts = Parts()
+    for tensor in ("activation", "activation_grad"):
+        with parts.part():
+            for pp, m in cases:
+                what = f"boundary_messages({pp}, {m})"
+                got = {x for x in results((pp, m)) if x[0] == tensor}
+                want = {x for x in expected_messages(pp, m) if x[0] == tensor}
+                if got == want:
+                    continue
+                if not got:
+                    fail(f"{what} has no {tensor!r} messages: " + (
+                        "forward sends every boundary activation on, once per microbatch" if tensor == "activation"
+                        else "backward sends the gradient of every boundary activation back, once per microbatch"))
+                if tensor == "activation_grad" and any(x[2] < x[3] for x in got):
+                    x = min(x for x in got if x[2] < x[3])
+                    fail(f"{what}: {x} sends a gradient from stage {x[2]} to {x[3]}; gradients flow backward, from "
+                         "the stage that used the activation to the one that produced it")
+                if tensor == "activation" and any(x[3] >= pp for x in got):
+                    fail(f"{what}: the last stage (stage {pp - 1}) sends no activation: it computes the loss")
+                missing, extra = want - got, got - want
+                if missing:
+                    fail(f"{what} misses {plural(len(missing), repr(tensor) + ' message')}, e.g. {min(missing)}; "
+                         f"there is one per microbatch ({m}) and boundary ({pp - 1})")
+                fail(f"{what} has {plural(len(extra), repr(tensor) + ' message')} that "
+                     f"{'does' if len(extra) == 1 else 'do'} not exist, e.g. {min(extra, key=str)}")
+    parts.done()
 
 
 @check
@@ -128,11 +183,13 @@ def check_boundary_bytes(fn, cases) -> None:
         if got == elems * 2 and size != 2:
             fail(f"{what} uses 2 bytes per element for every dtype; {dtype} has {size} "
                  "(torch.empty((), dtype=dtype).element_size())")
-        fail(f"{what}, expected s*b*h*bytes_per_element = {want:,}")
+        fail(f"{what}: one send is s*b*h elements of {size} bytes each ({dtype} has {size} bytes per element)")
 
 
 @check
-def check_real_send(real_send_bytes, run_args) -> None:
+def check_real_send(real_send_bytes, run_args, own=None) -> None:
+    """``own``: the student's ``boundary_bytes``; a value it gives for the run's tensor is the helper's mistake,
+    charged to its own check."""
     from ...run import build_parser
     from ...runtime.p2p import P2P
     args = build_parser().parse_args(list(run_args))
@@ -140,15 +197,15 @@ def check_real_send(real_send_bytes, run_args) -> None:
     size = element_bytes(dtype)
     want = boundary_bytes(spec_for(args.seq_len, args.micro_batch_size, args.hidden, dtype))
     got = expect_number(real_send_bytes, "real_send_bytes")
-    if got == want:
+    if got == want or got == own_value(own, args.seq_len, args.micro_batch_size, args.hidden, dtype):
         return
     if got == want // size * 2:
         fail(f"real_send_bytes is {got:,.0f}: the CPU runtime sends {str(dtype).replace('torch.', '')} "
              f"({size} bytes per element), not 16-bit values -- the timeout line prints the dtype")
     if got == want // size:
         fail(f"real_send_bytes is {got:,.0f}, the number of elements; multiply by the element size ({size})")
-    fail(f"real_send_bytes is {got:,.0f}; the run's boundary tensor is [b, s, h] = ({args.micro_batch_size}, "
-         f"{args.seq_len}, {args.hidden}) -- see `python -m pipeline_kit.run --help` for the defaults")
+    fail(f"real_send_bytes is {got:,.0f}, not the bytes of one send of the run's boundary tensor [b, s, h]: take "
+         "b, s, h from RUN and, for the options RUN leaves out, from `python -m pipeline_kit.run --help`")
 
 
 def _shape_list(value, what):
@@ -162,46 +219,73 @@ def _shape_list(value, what):
 
 
 @check
-def check_enc_dec(fn, cases) -> None:
-    for s_enc, s_dec, mbs, hidden, dtype in cases:
-        args = (s_enc, s_dec, mbs, hidden, dtype)
-        what = f"enc_dec_boundary{args}"
-        got = call(fn, *args, name="enc_dec_boundary")
-        expect_keys(got, ("forward", "backward", "bytes_per_microbatch"), what)
-        shapes = sorted([(s_dec, mbs, hidden), (s_enc, mbs, hidden)])
-        fwd = _shape_list(got["forward"], f"{what}['forward']")
-        bwd = _shape_list(got["backward"], f"{what}['backward']")
-        if fwd == sorted([(mbs, s_dec, hidden), (mbs, s_enc, hidden)]):
-            fail(f"{what}: give shapes in Megatron's (s, b, h) order, as the question asks")
-        if fwd == [(s_dec, mbs, hidden)]:
-            fail(f"{what}['forward'] has only the decoder activation; every decoder stage's cross-attention needs "
-                 f"the encoder output too, so it crosses the cut as a second tensor")
-        if (s_dec, mbs, hidden) in fwd and (s_enc, mbs, hidden) not in fwd and len(fwd) == 2:
-            fail(f"{what}['forward']: the encoder output has the encoder's sequence length {s_enc}, not {s_dec}")
-        if fwd != shapes:
-            fail(f"{what}['forward'] is {fwd}, expected the decoder activation and the encoder output")
-        if bwd == [(s_dec, mbs, hidden)]:
-            fail(f"{what}['backward'] returns only the decoder gradient; the loss also depends on the encoder "
-                 "output (through cross-attention), so its gradient goes back too")
-        if bwd != shapes:
-            fail(f"{what}['backward'] is {bwd}; backward sends the gradient of each forward tensor, same shapes")
-        want = 2 * sum(boundary_bytes(spec_for(s, mbs, hidden, dtype)) for s in (s_dec, s_enc))
-        got_b = expect_number(got["bytes_per_microbatch"], f"{what}['bytes_per_microbatch']")
-        if got_b == want // 2:
-            fail(f"{what}['bytes_per_microbatch'] counts one direction; the gradients go back too")
-        if got_b != want:
-            fail(f"{what}['bytes_per_microbatch'] is {got_b:,.0f}, expected {want:,} (both tensors, both "
-                 "directions, at the dtype's element size)")
+def check_enc_dec(fn, cases, own=None) -> None:
+    """Three parts: the forward shapes, the backward shapes, the bytes (judged against the student's own
+    ``boundary_bytes`` too, ``own``: its mistake costs its own check)."""
+    keys = ("forward", "backward", "bytes_per_microbatch")
+
+    def run(case):
+        got = call(fn, *case, name="enc_dec_boundary")
+        expect_keys(got, keys, f"enc_dec_boundary{case}")
+        return got
+    results = Calls(run)
+    parts = Parts()
+    with parts.part():
+        for case in cases:
+            s_enc, s_dec, mbs, hidden, _ = case
+            what = f"enc_dec_boundary{case}"
+            fwd = _shape_list(results(case)["forward"], f"{what}['forward']")
+            if fwd == sorted([(mbs, s_dec, hidden), (mbs, s_enc, hidden)]):
+                fail(f"{what}['forward']: give shapes in Megatron's (s, b, h) order, as the question asks")
+            if fwd == [(s_dec, mbs, hidden)]:
+                fail(f"{what}['forward'] has only the decoder activation; every decoder stage's cross-attention "
+                     "needs the encoder output too, so it crosses the cut as a second tensor")
+            if (s_dec, mbs, hidden) in fwd and (s_enc, mbs, hidden) not in fwd and len(fwd) == 2:
+                fail(f"{what}['forward']: the encoder output has the encoder's sequence length {s_enc}, not {s_dec}")
+            if fwd != sorted([(s_dec, mbs, hidden), (s_enc, mbs, hidden)]):
+                fail(f"{what}['forward'] is {fwd}: it is a list of (s, b, h) shapes, one per tensor that crosses "
+                     "the cut")
+    with parts.part():
+        for case in cases:
+            s_enc, s_dec, mbs, hidden, _ = case
+            what = f"enc_dec_boundary{case}"
+            bwd = _shape_list(results(case)["backward"], f"{what}['backward']")
+            if bwd == [(s_dec, mbs, hidden)]:
+                fail(f"{what}['backward'] returns only the decoder gradient; the loss also depends on the encoder "
+                     "output (through cross-attention), so its gradient goes back too")
+            if bwd != sorted([(s_dec, mbs, hidden), (s_enc, mbs, hidden)]):
+                fail(f"{what}['backward'] is {bwd}; backward sends the gradient of each forward tensor, in the same "
+                     "(s, b, h) shapes")
+    with parts.part():
+        for case in cases:
+            s_enc, s_dec, mbs, hidden, dtype = case
+            what = f"enc_dec_boundary{case}"
+            want = 2 * sum(boundary_bytes(spec_for(s, mbs, hidden, dtype)) for s in (s_dec, s_enc))
+            mine = [own_value(own, s, mbs, hidden, dtype) for s in (s_dec, s_enc)]
+            theirs = 2 * sum(mine) if None not in mine else None
+            got_b = expect_number(results(case)["bytes_per_microbatch"], f"{what}['bytes_per_microbatch']")
+            if got_b in (want, theirs):
+                continue
+            if got_b in (want // 2, theirs and theirs / 2):
+                fail(f"{what}['bytes_per_microbatch'] counts one direction; the gradients go back too")
+            if got_b in (2 * boundary_bytes(spec_for(s_dec, mbs, hidden, dtype)), theirs and 2 * mine[0]):
+                fail(f"{what}['bytes_per_microbatch'] counts the decoder activation only; the encoder output crosses "
+                     "too")
+            fail(f"{what}['bytes_per_microbatch'] is {got_b:,.0f}: count both tensors, both directions, at the "
+                 "dtype's element size")
+    parts.done()
 
 
 @check
-def check_varlen(fn, cases) -> None:
+def check_varlen(fn, cases, own=None) -> None:
+    """``own``: the student's ``boundary_bytes``; an answer right with its values is the helper's mistake."""
     for seq_lens, mbs, hidden, dtype, pp in cases:
         what = f"varlen_step_bytes({seq_lens}, {mbs}, {hidden}, {dtype}, {pp})"
         got = expect_number(call(fn, list(seq_lens), mbs, hidden, dtype, pp, name="varlen_step_bytes"), what)
         layout = even_layout(pp, pp)
         want = sum(p2p_volume(layout, spec_for(s, mbs, hidden, dtype), 1)["total_per_step"] for s in seq_lens)
-        if got == want:
+        mine = [own_value(own, s, mbs, hidden, dtype) for s in seq_lens]
+        if got == want or (None not in mine and got == 2 * (pp - 1) * sum(mine)):
             continue
         padded = p2p_volume(layout, spec_for(max(seq_lens), mbs, hidden, dtype), len(seq_lens))["total_per_step"]
         if got == padded:
@@ -211,7 +295,8 @@ def check_varlen(fn, cases) -> None:
             fail(f"{what} = {got:,.0f} counts only the forward activations; gradients go back too")
         if got == want / (pp - 1):
             fail(f"{what} = {got:,.0f} is one boundary; the pipeline has pp - 1 = {pp - 1}")
-        fail(f"{what} = {got:,.0f}, expected {want:,}")
+        fail(f"{what} = {got:,.0f}: each microbatch's activation crosses each of the (pp - 1) boundaries forward "
+             "and its gradient comes back, at that microbatch's own s")
 
 
 def _meta(shape):
@@ -222,23 +307,37 @@ def _meta(shape):
 
 @check
 def check_recv_buffer(fn, cases) -> None:
+    """Two parts: the buffer's shape and its dtype, each on every case in order."""
     import torch
-    for shape, dtype in cases:
-        meta = _meta(shape)
-        what = f"recv_buffer({meta.tolist()}, {dtype})"
-        buf = call(fn, meta.clone(), dtype, name="recv_buffer")
-        expect_type(buf, torch.Tensor, what)
-        got = tuple(buf.shape)
-        if got != tuple(shape):
+
+    def run(case):
+        shape, dtype = case
+        buf = call(fn, _meta(shape), dtype, name="recv_buffer")
+        expect_type(buf, torch.Tensor, f"recv_buffer({_meta(shape).tolist()}, {dtype})")
+        return buf
+    results = Calls(run)
+    parts = Parts()
+    with parts.part():
+        for shape, dtype in cases:
+            meta = _meta(shape)
+            what = f"recv_buffer({meta.tolist()}, {dtype})"
+            got = tuple(results((shape, dtype)).shape)
+            if got == tuple(shape):
+                continue
             if got == tuple(meta[1:].tolist()):
                 fail(f"{what} has shape {got}: the trailing zeros are padding; only the first meta[0] = "
                      f"{len(shape)} dimensions are real")
             if got == tuple(meta.tolist()):
                 fail(f"{what} has shape {got}: meta[0] is the number of dimensions, not a dimension")
             fail(f"{what} has shape {got}, expected {tuple(shape)}")
-        if buf.dtype != dtype:
-            fail(f"{what} has dtype {buf.dtype}: the receiver must allocate the sender's dtype ({dtype}, "
-                 f"{element_bytes(dtype)} bytes per element), or the bytes do not fit")
+    with parts.part():
+        for shape, dtype in cases:
+            buf = results((shape, dtype))
+            if buf.dtype != dtype:
+                fail(f"recv_buffer({_meta(shape).tolist()}, {dtype}) has dtype {buf.dtype}: the receiver must "
+                     f"allocate the sender's dtype ({dtype}, {element_bytes(dtype)} bytes per element), or the bytes "
+                     "do not fit")
+    parts.done()
 
 
 # -- M046 follow-up ------------------------------------------------------------------------------
@@ -247,11 +346,13 @@ def _seed():
 
 
 @check
-def check_seed_send(value) -> None:
+def check_seed_send(value, own=None) -> None:
+    """``own``: the student's ``boundary_bytes``; a value it gives for the seed model is the helper's mistake."""
+    import torch
     spec = _seed()
     want = boundary_bytes(spec)
     got = expect_number(value, "seed_send_bytes")
-    if got == want:
+    if got == want or got == own_value(own, spec.seq_len, spec.micro_batch_size, spec.hidden, torch.float16):
         return
     elems = spec.seq_len * spec.micro_batch_size * spec.hidden
     if got == elems * 4:
@@ -259,24 +360,31 @@ def check_seed_send(value) -> None:
     if got == elems:
         fail(f"seed_send_bytes is {got:,.0f}, the number of elements s*b*h; multiply by 2 bytes (fp16)")
     if got == 2 * want:
-        fail(f"seed_send_bytes is {got:,.0f}: one send is one direction")
-    fail(f"seed_send_bytes is {got:,.0f}; use s, b, h of PRESETS['seed-pp8'][0] and 2 bytes per element")
+        fail(f"seed_send_bytes is {got:,.0f}: that counts both directions; one send is one direction")
+    fail(f"seed_send_bytes is {got:,.0f}, not s*b*h elements of 2 bytes: use s, b, h of PRESETS['seed-pp8'][0]")
 
 
 @check
-def check_seed_link(value, pp: int = 8, microbatches: int = 16) -> None:
+def check_seed_link(value, send=None, pp: int = 8, microbatches: int = 16) -> None:
+    """``send``: the student's ``seed_send_bytes``; a link figure right for it is that answer's mistake."""
     spec = _seed()
     vol = p2p_volume(even_layout(spec.layers, pp), spec, microbatches)
-    want = vol["total_per_step"] // vol["boundaries"]
+    sends = {vol["total_per_step"] // vol["boundaries"] // (2 * microbatches)}
+    if isinstance(send, (int, float)) and not isinstance(send, bool) and send > 0:
+        sends.add(send)
     got = expect_number(value, "seed_link_bytes")
-    if got == want:
+    if any(got == 2 * microbatches * one for one in sends):
         return
-    if got == want // 2:
+    if any(got == microbatches * one for one in sends):
         fail(f"seed_link_bytes is {got:,.0f}: that is only the activations; each microbatch's gradient comes "
              "back over the same link")
-    if got == vol["total_per_step"]:
-        fail(f"seed_link_bytes is {got:,.0f}, the whole pipeline; the question asks for one boundary link")
-    fail(f"seed_link_bytes is {got:,.0f}; one link carries 2 x M transfers of one boundary tensor")
+    if any(got == 2 * microbatches * (pp - 1) * one for one in sends):
+        fail("seed_link_bytes is what the whole pipeline carries; the question asks for one boundary link")
+    if any(got == 2 * pp * one for one in sends):
+        fail(f"seed_link_bytes is {got:,.0f}: that is 2 x pp sends; a link carries 2 x M transfers, M = "
+             f"{microbatches} microbatches")
+    fail(f"seed_link_bytes is {got:,.0f}, not 2 x M = {2 * microbatches} transfers of one boundary tensor (one "
+         "send each)")
 
 
 @check
@@ -293,16 +401,17 @@ def check_step_bytes(fn, cases) -> None:
             continue
         one = boundary_bytes(spec)
         if got == 2 * m * one:
-            fail(f"{what} = {got:,.0f} is what one boundary link carries (the seeds' 2*m*B*S*H*2); the pipeline "
-                 f"has {vol['boundaries']} boundaries")
+            fail(f"{what} is what one boundary link carries (the interview question bank's 2*m*B*S*H*2); the "
+                 f"pipeline has {vol['boundaries']} boundaries")
         if got == want / 2:
             fail(f"{what} = {got:,.0f} counts one direction; every activation's gradient comes back")
         if chunks > 1 and got == 2 * m * (pp - 1) * one:
-            fail(f"{what} = {got:,.0f} uses pp - 1 boundaries; with {chunks} chunks per rank there are "
+            fail(f"{what} = {got:,.0f} uses (pp - 1) boundaries; with {chunks} chunks per rank there are "
                  f"pp*v - 1 = {vol['boundaries']} virtual-stage boundaries, all crossing ranks")
         if got == 2 * m * pp * chunks * one:
             fail(f"{what} = {got:,.0f}: {pp * chunks} stages have {pp * chunks - 1} boundaries, not {pp * chunks}")
-        fail(f"{what} = {got:,.0f}, expected {want:,}")
+        fail(f"{what} = {got:,.0f}, not 2 x M transfers of one boundary tensor on each of the pp*chunks - 1 = "
+             f"{vol['boundaries']} boundaries")
 
 
 @check
@@ -319,38 +428,63 @@ def check_per_gpu(fn, cases) -> None:
             fail(f"{what} = {got:,.0f} divides by TP without sequence parallelism: then every TP rank holds the "
                  "full activation")
         if sp and got == want * tp:
-            fail(f"{what} = {got:,.0f}: with SP the activation at a layer boundary is sharded along s over the "
-                 f"{tp} TP ranks")
+            fail(f"{what} does not divide by TP: with SP the activation at a layer boundary is sharded along s over "
+                 f"the {tp} TP ranks")
         if cp > 1 and got == want * cp:
             fail(f"{what} = {got:,.0f}: each context-parallel rank sends only its s/cp tokens")
-        fail(f"{what} = {got:,.0f}, expected {want:,} (local sequence {local})")
+        fail(f"{what} = {got:,.0f}, not the bytes of one [s_local, b, h] fp16 tensor with the local sequence "
+             f"s_local = {local}")
 
 
 @check
 def check_accounting(fn, cases) -> None:
-    for pp, m, send_shapes, via_host in cases:
-        spec = _seed()
+    """Three parts, one per key, each on every case in order; host copies are judged against the student's own
+    logical bytes too (a wrong payload costs its own part)."""
+    keys = ("logical_bytes", "messages", "host_copy_bytes")
+    spec = _seed()
+
+    def run(case):
+        pp, m, send_shapes, via_host = case
         what = f"accounting({pp}, {m}, seed, send_shapes={send_shapes}, via_host={via_host})"
         got = call(fn, pp, m, spec, send_shapes, via_host, name="accounting")
-        expect_keys(got, ("logical_bytes", "messages", "host_copy_bytes"), what)
-        transfers = len(simulate(build_schedule("1f1b", pp, m), fwd=1, bwd=2).transfers)
-        logical = p2p_volume(even_layout(spec.layers, pp), spec, m)["total_per_step"]
-        want = {"logical_bytes": logical, "messages": transfers * (2 if send_shapes else 1),
-                "host_copy_bytes": 2 * logical if via_host else 0}
-        for key in ("logical_bytes", "messages", "host_copy_bytes"):
-            g = expect_number(got[key], f"{what}[{key!r}]")
-            if g == want[key]:
-                continue
-            if key == "logical_bytes":
-                fail(f"{what}['logical_bytes'] = {g:,.0f}: logical bytes are the payload, {logical:,}; how it is "
-                     "carried (shape messages, host copies) does not change it")
-            if key == "messages" and send_shapes and g == transfers:
-                fail(f"{what}['messages'] = {g:,.0f}: with --send-shapes every transfer is preceded by its shape "
-                     "message, a second message on the wire")
-            if key == "host_copy_bytes" and via_host and g == logical:
-                fail(f"{what}['host_copy_bytes'] = {g:,.0f}: the sender copies the tensor to host memory and the "
-                     "receiver copies it back to its GPU: two copies per transfer")
-            fail(f"{what}[{key!r}] = {g:,.0f}, expected {want[key]:,}")
+        expect_keys(got, keys, what)
+        return {key: expect_number(got[key], f"{what}[{key!r}]") for key in keys}
+    results = Calls(run)
+    parts = Parts()
+    for key in keys:
+        with parts.part():
+            for case in cases:
+                pp, m, send_shapes, via_host = case
+                what = f"accounting({pp}, {m}, seed, send_shapes={send_shapes}, via_host={via_host})[{key!r}]"
+                got = results(case)
+                g = got[key]
+                transfers = len(simulate(build_schedule("1f1b", pp, m), fwd=1, bwd=2).transfers)
+                logical = p2p_volume(even_layout(spec.layers, pp), spec, m)["total_per_step"]
+                if key == "logical_bytes" and g != logical:
+                    fail(f"{what} is not the payload: the activations and gradients of one step over "
+                         "the (pp - 1) boundaries; how they are carried (shape messages, host copies) does not "
+                         "change it")
+                if key == "messages" and g != transfers * (2 if send_shapes else 1):
+                    if send_shapes and g == transfers:
+                        fail(f"{what} = {g:,.0f}: with --send-shapes every transfer is preceded by its shape "
+                             "message, a second message on the wire")
+                    if not send_shapes and g == 2 * transfers:
+                        fail(f"{what} = {g:,.0f}: without --send-shapes each transfer is one message")
+                    fail(f"{what} = {g:,.0f}, expected {plural(transfers * (2 if send_shapes else 1), 'message')}: "
+                         f"{transfers} transfers (one per microbatch, boundary and direction)"
+                         f"{', each with its shape message' if send_shapes else ''}")
+                if key == "host_copy_bytes":
+                    ok = {2 * logical, 2 * got["logical_bytes"]} if via_host else {0}
+                    if g in ok:
+                        continue
+                    if via_host and g in (logical, got["logical_bytes"]):
+                        fail(f"{what} counts one copy: the sender copies the tensor to host memory and the "
+                             "receiver copies it back to its GPU: two copies per transfer")
+                    if not via_host:
+                        fail(f"{what} = {g:,.0f}: without via_host the tensors go GPU to GPU, with no host copy")
+                    fail(f"{what} = {g:,.0f}: with via_host every payload byte is copied twice (to host memory "
+                         "and back)")
+    parts.done()
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

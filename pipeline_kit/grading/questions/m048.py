@@ -20,8 +20,9 @@ from .common import (
     expect_type,
     fail,
 )
-from .m047 import cfg_from_run, draw_cfg
+from .m047 import cfg_from_run, draw_cfg, small_cfg
 from . import grader_runs
+from ..parts import Parts
 from .live import (  # noqa: F401 -- live-object checks (live.py)
     check_last_stage,
     check_log_tensor,
@@ -31,7 +32,8 @@ from .live import (  # noqa: F401 -- live-object checks (live.py)
 
 PRODUCTION = {
     "broadcast_from_last_stage": None,
-    "all_reduce_max": "the seeds' trick: wrong for a negative loss and, with DP > 1, it logs the largest replica",
+    "all_reduce_max": "the interview question bank's trick: wrong for a negative loss and, with DP > 1, it logs "
+                      "the largest replica",
     "all_reduce_sum_over_world": "with DP > 1 it logs the sum over replicas, not their mean",
     "all_gather_logits_to_rank0": "moves s*b*V logits per microbatch to compute a number the last stage already has",
 }
@@ -117,55 +119,87 @@ def max_trick(dp_losses, pp, op):
 
 @check
 def check_max_trick(logged_by, max_ok, cases, pp=4) -> None:
-    for dp_losses in cases:
-        for op in ("max", "sum"):
-            what = f"logged_by({op!r}, {dp_losses}, {pp})"
-            got = expect_number(call(logged_by, op, list(dp_losses), pp, name="logged_by"), what)
-            want = max_trick(dp_losses, pp, op)
-            if close(got, want, rel=1e-9, abs_=1e-12):
+    """Two answers, each its own share: ``logged_by``, and ``max_trick_ok`` -- judged against the student's own
+    ``logged_by`` where that one is wrong, so a mistake there costs its points once."""
+    parts = Parts()
+    own_max = {}  # the student's logged_by("max", ...) on each case, where it is wrong
+    with parts.part():
+        wrong = None
+        for dp_losses in cases:
+            for op in ("max", "sum"):
+                what = f"logged_by({op!r}, {dp_losses}, {pp})"
+                got = expect_number(call(logged_by, op, list(dp_losses), pp, name="logged_by"), what)
+                want = max_trick(dp_losses, pp, op)
+                if close(got, want, rel=1e-9, abs_=1e-12):
+                    continue
+                if op == "max":
+                    own_max[tuple(dp_losses)] = got
+                if wrong is not None:
+                    continue
+                if op == "max" and close(got, max(dp_losses), rel=1e-9):
+                    wrong = (f"{what} is {got:g}: the other ranks' zeros take part in the reduction too, and "
+                             f"0 > {max(dp_losses):g}")
+                elif op == "sum" and close(got, sum(dp_losses) * pp, rel=1e-9) and any(dp_losses):
+                    wrong = f"{what} is {got:g}: only the last stage of each replica puts its loss in, the others 0"
+                else:
+                    wrong = f"{what} is {got:g}, not what rank 0 gets (every rank's value enters the all-reduce)"
+        if wrong is not None:
+            fail(wrong)
+    with parts.part():
+        for dp_losses in cases:
+            mean = sum(dp_losses) / len(dp_losses)
+            want_ok = close(max_trick(dp_losses, pp, "max"), mean, rel=1e-12, abs_=1e-12)
+            got_ok = call(max_ok, list(dp_losses), name="max_trick_ok")
+            if not isinstance(got_ok, bool):
+                fail(f"max_trick_ok({list(dp_losses)}) is {describe(got_ok)}; give a bool")
+            own = own_max.get(tuple(dp_losses))
+            if got_ok is want_ok or (own is not None and got_ok is close(own, mean, rel=1e-12, abs_=1e-12)):
                 continue
-            if op == "max" and close(got, max(dp_losses), rel=1e-9):
-                fail(f"{what} is {got:g}: the other ranks' zeros take part in the reduction too, and "
-                     f"0 > {max(dp_losses):g}")
-            fail(f"{what} is {got:g}, expected {want:g} (every rank's value enters the all-reduce)")
-        mean = sum(dp_losses) / len(dp_losses)
-        want_ok = close(max_trick(dp_losses, pp, "max"), mean, rel=1e-12, abs_=1e-12)
-        got_ok = call(max_ok, list(dp_losses), name="max_trick_ok")
-        if got_ok is not want_ok:
             why = ("a negative loss loses to the other ranks' zeros" if min(dp_losses) < 0 else
                    "with several data-parallel replicas MAX logs the largest, not the mean" if len(set(dp_losses)) > 1
                    else "one non-negative value and zeros: MAX returns it")
-            fail(f"max_trick_ok({list(dp_losses)}) is {describe(got_ok)}, expected {want_ok}: {why}")
+            fail(f"max_trick_ok({list(dp_losses)}) is {describe(got_ok)}, not {not got_ok}: {why}")
+    parts.done()
 
 
 @check
 def check_production(log_rank, choice, cases) -> None:
-    for pp, vpp in cases:
-        got = call(log_rank, pp, vpp, name="production_log_rank")
-        want = select_schedule(pp, vpp).loss_rank
-        interleaved = bool(vpp and vpp > 1)
-        sched = build_schedule("interleaved" if interleaved else "1f1b", pp, 2 * pp, vpp if interleaved else None)
-        assert want == sched.rank_of(sched.stages - 1)
-        if got != want:
-            fail(f"production_log_rank({pp}, {vpp}) is {describe(got)}: log (or broadcast from) the rank holding the "
-                 f"last virtual stage, rank {want}")
-    if choice not in PRODUCTION:
-        fail(f"production_op is {describe(choice)}; choose from {sorted(PRODUCTION)}")
-    if PRODUCTION[choice]:
-        fail(f"production_op {choice!r}: {PRODUCTION[choice]}")
+    """Two answers, each its own share: the logging rank, and the production operation."""
+    parts = Parts()
+    with parts.part():
+        for pp, vpp in cases:
+            got = call(log_rank, pp, vpp, name="production_log_rank")
+            want = select_schedule(pp, vpp).loss_rank
+            interleaved = bool(vpp and vpp > 1)
+            sched = build_schedule("interleaved" if interleaved else "1f1b", pp, 2 * pp, vpp if interleaved else None)
+            assert want == sched.rank_of(sched.stages - 1)
+            if got != want:
+                why = (" (that is the last virtual stage's index; give the pipeline rank that holds it)"
+                       if vpp and got == pp * vpp - 1 else "")
+                fail(f"production_log_rank({pp}, {vpp}) is {describe(got)}: log (or broadcast from) the rank holding "
+                     f"the last virtual stage, rank {want}{why}")
+    with parts.part():
+        if choice not in PRODUCTION:
+            fail(f"production_op is {describe(choice)}; give one key of PRODUCTION, a str: {sorted(PRODUCTION)}")
+        if PRODUCTION[choice]:
+            fail(f"production_op {choice!r}: {PRODUCTION[choice]}")
+    parts.done()
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
 def hidden_pipeline_cases(rng) -> list:
-    """(cfg, stages, M) for the pipeline step: a tiny model on one to three stages (one stage: no P2P at all)."""
+    """(cfg, stages, M) for the pipeline step: a tiny model on one to three stages.  Fixed first: one stage (no
+    P2P at all: a step that assumes a next stage fails here)."""
     def make(r):
         cfg = draw_cfg(r, r.randint(1, 3))
         return cfg, r.randint(1, cfg.layers), r.randint(1, 4)
-    return drawn(rng, 2, make)
+    return drawn(rng, 2, make, fixed=[(small_cfg(layers=2), 1, 2)])
 
 
 def hidden_logged_cases(rng) -> list:
-    return drawn(rng, 1, lambda r: (draw_cfg(r, r.randint(1, 4)), r.randint(1, 3), r.randint(1, 4)))
+    """(cfg, mbs, M).  Fixed first: one sequence per microbatch over three microbatches."""
+    return drawn(rng, 1, lambda r: (draw_cfg(r, r.randint(1, 4)), r.randint(1, 3), r.randint(1, 4)),
+                 fixed=[(small_cfg(layers=2, seed=3), 1, 3)])
 
 
 def _losses(r, n: int) -> list[float]:

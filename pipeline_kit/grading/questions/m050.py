@@ -19,6 +19,7 @@ from ...layout import (
 )
 from ...schedules import build_schedule
 from ...sim import simulate
+from ..parts import Parts, plural
 from .common import (
     call,
     check,
@@ -61,36 +62,49 @@ def check_layout_string(layout_string, cases) -> None:
         except LayoutError as exc:
             fail(f"layout_string({counts}) = {got!r} does not parse: {exc}")
         if _counts(lay) != list(counts) or lay.num_stages != len(counts):
-            fail(f"layout_string({counts}) = {got!r} has {lay.num_stages} stage(s) with {_counts(lay)} decoder layers; "
-                 f"expected {len(counts)} stages with {list(counts)} (stage k holds counts[k] t's)")
+            fail(f"layout_string({counts}) = {got!r} has {plural(lay.num_stages, 'stage')} with {_counts(lay)} "
+                 f"decoder layers; expected {plural(len(counts), 'stage')} with {list(counts)} (stage k holds "
+                 "counts[k] t's)")
 
 
 @check
 def check_where_is_layer(where_is_layer, cases) -> None:
+    """Two parts, each over every case in order: the stage, and the (rank, chunk) of the student's own stage
+    (so a wrong stage costs its part only)."""
+    answers = []
     for text, pp, layer in cases:
         lay = parse_layout(text, pp=pp)
         stage = next(k for k, s in enumerate(lay.stages) if layer in s.layers)
-        want = (stage, *lay.owner(stage, pp))
         got = call(where_is_layer, text, pp, layer, name="where_is_layer")
         expect_type(got, (tuple, list), f"where_is_layer({text!r}, {pp}, {layer})")
         if len(got) != 3:
             fail(f"where_is_layer({text!r}, {pp}, {layer}) must be (stage, rank, chunk), got {describe(got)}")
         got = tuple(expect_int(x, f"where_is_layer({text!r}, {pp}, {layer})") for x in got)
-        if got == want:
-            continue
-        chunks = lay.chunks(pp)
-        if got[0] != stage:
+        answers.append((text, pp, layer, lay, stage, got))
+    parts = Parts()
+    with parts.part():
+        for text, pp, layer, lay, stage, got in answers:
+            if got[0] == stage:
+                continue
             off = next((k for k, s in enumerate(lay.stages) if layer + 1 in s.layers), None)
             hint = (" -- decoder layers are numbered from 0, and E and L are not decoder layers"
                     if got[0] == off else "")
             fail(f"where_is_layer({text!r}, {pp}, {layer}): decoder layer {layer} is on stage {stage}, not "
                  f"{got[0]}{hint}")
-        if got[1:] == (stage // chunks, stage % chunks):
-            fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}: stages go round-robin, stage k on rank k % pp as "
-                 f"chunk k // pp, so stage {stage} is rank {want[1]}, chunk {want[2]} -- not a block of {chunks} "
-                 "consecutive stages per rank")
-        fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}, expected {want}: stage k is on rank k % pp as "
-             "chunk k // pp")
+    with parts.part():
+        for text, pp, layer, lay, stage, got in answers:
+            own = got[0] if 0 <= got[0] < lay.num_stages else stage  # the student's stage: a wrong one costs once
+            want = lay.owner(own, pp)
+            if got[1:] == want:
+                continue
+            chunks = lay.chunks(pp)
+            if got[1:] == (own // chunks, own % chunks):
+                fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}: stages go round-robin, stage k on rank k % pp "
+                     f"as chunk k // pp, so stage {own} is rank {want[0]}, chunk {want[1]} -- not a block of "
+                     f"{plural(chunks, 'consecutive stage')} per rank")
+            fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}: stage {own} is rank {want[0]}, chunk {want[1]} "
+                 "(stage k is on rank k % pp as chunk k // pp)")
+    parts.done()
 
 
 PROFILE_TOLERANCE = 0.03
@@ -199,35 +213,41 @@ def check_layout_metrics(layout_metrics, layouts) -> None:
         costs = stage_costs(lay, SEED, SEED_PP)
         plan = seed_plan(text)
         res = simulate(build_schedule("1f1b", SEED_PP, SEED_M), fwd=plan.stage_fwd, bwd=plan.stage_bwd)
+        parts = Parts()
         for key in METRIC_KEYS:
-            value = expect_number(got[key], f"layout_metrics({text!r})[{key!r}]")
-            if close(value, want[key], rel=1e-4):
-                continue
-            where = f"layout_metrics({text!r})[{key!r}] = {value:.4g}"
-            if key == "step_ms" and close(value, want[key] / 1e3, rel=1e-4):
-                fail(f"{where} is in seconds; report ms")
-            if key == "idle_fraction":
-                if close(value, res.bubble_over_ideal, rel=1e-4):
-                    fail(f"{where} is (makespan - ideal) / ideal, the Megatron paper's ratio; the idle fraction is "
-                         "idle time over all ranks' time, idle / (pp x makespan) -- SimResult.bubble_fraction")
-                if close(value, (SEED_PP - 1) / (SEED_M + SEED_PP - 1), rel=1e-4):
-                    fail(f"{where} is the formula (pp-1)/(M+pp-1), which assumes equal stages -- the point here is "
-                         "the imbalance idle on top of it: simulate")
-            if key == "max_over_min":
-                params = [c.params for c in costs]
-                if close(value, max(params) / min(params), rel=1e-4):
-                    fail(f"{where} is the parameter ratio; the metric is time: the slowest over the fastest stage's "
-                         "F + B per microbatch")
-            if key == "peak_act_mib":
-                per_stage = max(c.activation_bytes for c in costs) / 2**20
-                if close(value, per_stage, rel=1e-4):
-                    fail(f"{where} is one microbatch's activations on the heaviest stage; a rank keeps several "
-                         "microbatches in flight (stage 0 of 1F1B keeps pp): simulate with activation_bytes and take "
-                         "the max of peak_activation_bytes")
-            if key == "p2p_mib" and close(value, want[key] / 2, rel=1e-4):
-                fail(f"{where} counts one direction; activations go forward and their gradients come back: "
-                     "p2p_volume(...)['total_per_step']")
-            fail(f"{where}, expected {want[key]:.4g} (seed-pp8, pp=8, M=16, FLOPs at 100 TFLOP/s, no P2P latency)")
+            with parts.part():
+                value = expect_number(got[key], f"layout_metrics({text!r})[{key!r}]")
+                if close(value, want[key], rel=1e-4):
+                    continue
+                where = f"layout_metrics({text!r})[{key!r}] = {value:.4g}"
+                if key == "step_ms" and close(value, want[key] / 1e3, rel=1e-4):
+                    fail(f"{where} is in seconds; report ms (the value is right otherwise)")
+                if key == "idle_fraction":
+                    if close(value, res.bubble_over_ideal, rel=1e-4):
+                        fail(f"{where} is (makespan - ideal) / ideal, the Megatron paper's ratio; the idle fraction is "
+                             "idle time over all ranks' time, idle / (pp x makespan) -- SimResult.bubble_fraction")
+                    if close(value, (SEED_PP - 1) / (SEED_M + SEED_PP - 1), rel=1e-4):
+                        fail(f"{where} is the formula (pp-1)/(M+pp-1), which assumes equal stages -- the point here is "
+                             "the imbalance idle on top of it: simulate")
+                if key == "max_over_min":
+                    params = [c.params for c in costs]
+                    if close(value, max(params) / min(params), rel=1e-4):
+                        fail(f"{where} is the parameter ratio; the metric is time: the slowest over the fastest "
+                             f"stage's "
+                             "F + B per microbatch")
+                if key == "peak_act_mib":
+                    per_stage = max(c.activation_bytes for c in costs) / 2**20
+                    if close(value, per_stage, rel=1e-4):
+                        fail(f"{where} is one microbatch's activations on the heaviest stage; a rank keeps several "
+                             "microbatches in flight (stage 0 of 1F1B keeps pp): simulate with activation_bytes and "
+                             "take "
+                             "the max of peak_activation_bytes")
+                if key == "p2p_mib" and close(value, want[key] / 2, rel=1e-4):
+                    fail(f"{where} counts one direction; activations go forward and their gradients come back: "
+                         "p2p_volume(...)['total_per_step']")
+                fail(f"{where} is not the kit's value (seed-pp8, pp=8, M=16, FLOPs at 100 TFLOP/s, no P2P "
+                     "latency)")
+        parts.done()
 
 
 # == M050 follow-up =====================================================================================
@@ -242,31 +262,42 @@ def endpoint_layouts() -> dict[str, str]:
 
 @check
 def check_endpoints(endpoint_steps, worth_it) -> None:
+    """Two parts: the four step times, and ``worth_it`` (judged against the student's own steps too, so a wrong
+    step time costs its part only)."""
     layouts = endpoint_layouts()
-    expect_keys(endpoint_steps, tuple(layouts), "endpoint_steps")
     steps = {k: seed_plan(t).makespan for k, t in layouts.items()}
-    for key, text in layouts.items():
-        got = expect_number(endpoint_steps[key], f"endpoint_steps[{key!r}]")
-        if not close(got, steps[key], rel=TIGHT):
+    parts, own = Parts(), {}
+    with parts.part():
+        expect_keys(endpoint_steps, tuple(layouts), "endpoint_steps")
+        for key in layouts:
+            own[key] = expect_number(endpoint_steps[key], f"endpoint_steps[{key!r}]")
+        for key, text in layouts.items():
+            got = own[key]
+            if close(got, steps[key], rel=TIGHT):
+                continue
             if close(got, seed_plan(text).slowest_stage, rel=1e-4):
                 fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the "
                      "simulated makespan of all 16 microbatches")
             _not_rounded(got, steps[key], f"endpoint_steps[{key!r}]")
-            fail(f"endpoint_steps[{key!r}] = {got:.4g} ms, but the simulated step of {text} (seed-pp8, M=16, 100 "
-                 f"TFLOP/s) is {steps[key]:.4g} ms")
-    expect_keys(worth_it, ("first", "last"), "worth_it")
-    for end in ("first", "last"):
-        want = steps[end] < steps["even"] * (1 - 1e-9)
-        got = worth_it[end]
-        if not isinstance(got, bool):
-            fail(f"worth_it[{end!r}] must be True or False, got {describe(got)}")
-        if got != want:
+            fail(f"endpoint_steps[{key!r}] = {got:.4g} ms is not the simulated step of {text} (seed-pp8, M=16, "
+                 "100 TFLOP/s)")
+    with parts.part():
+        expect_keys(worth_it, ("first", "last"), "worth_it")
+        for end in ("first", "last"):
+            want = steps[end] < steps["even"] * (1 - 1e-9)
+            mine = own[end] < own["even"] * (1 - 1e-9) if len(own) == len(layouts) else want
+            got = worth_it[end]
+            if not isinstance(got, bool):
+                fail(f"worth_it[{end!r}] must be True or False, got {describe(got)}")
+            if got in (want, mine):
+                continue
             if end == "first":
-                fail(f"worth_it['first'] is {got}, but one layer off the first stage leaves the step at "
-                     f"{steps['first']:.4g} ms (even: {steps['even']:.4g}): stage 0 has the parameters (the embedding "
-                     "table) but not the time, so unloading it changes nothing the pipeline waits for")
-            fail(f"worth_it['last'] is {got}, but one layer off the last stage cuts the step from "
-                 f"{steps['even']:.4g} to {steps['last']:.4g} ms: the output layer makes that stage the slowest")
+                fail(f"worth_it['first'] is {got}, but one layer off the first stage does not shorten the step: "
+                     "stage 0 has the parameters (the embedding table) but not the time, so unloading it changes "
+                     "nothing the pipeline waits for")
+            fail(f"worth_it['last'] is {got}, but one layer off the last stage shortens the step: the output "
+                 "layer makes that stage the slowest")
+    parts.done()
 
 
 CONTROL_KEYS = ("pp", "microbatches", "micro_batch_size", "seq_len", "global_batch")
@@ -280,18 +311,21 @@ def check_controls(controls) -> None:
     expect_keys(controls, CONTROL_KEYS, "controls")
     want = {"pp": SEED_PP, "microbatches": SEED_M, "micro_batch_size": SEED.micro_batch_size, "seq_len": SEED.seq_len,
             "global_batch": SEED_M * SEED.micro_batch_size}
+    parts = Parts()
     for key in CONTROL_KEYS:
-        got = expect_number(controls[key], f"controls[{key!r}]")
-        if got == want[key]:
-            continue
-        if key == "global_batch":
-            if got == SEED_M * SEED.micro_batch_size * SEED_PP:
-                fail(f"controls['global_batch'] = {got:g}: pipeline stages do not multiply the batch -- every "
-                     "microbatch passes through all 8 stages; with no data parallelism GBS = M x micro-batch size")
-            fail(f"controls['global_batch'] = {got:g}; with no data parallelism GBS = M x micro-batch size = "
-                 f"{want[key]}")
-        fail(f"controls[{key!r}] = {got:g}, but the seed's run (and the seed-pp8 preset) has {want[key]}: hold the "
-             "baseline's value")
+        with parts.part():
+            got = expect_number(controls[key], f"controls[{key!r}]")
+            if got == want[key]:
+                continue
+            if key == "global_batch":
+                if got == SEED_M * SEED.micro_batch_size * SEED_PP:
+                    fail(f"controls['global_batch'] = {got:g}: pipeline stages do not multiply the batch -- every "
+                         "microbatch passes through all 8 stages; with no data parallelism GBS = M x micro-batch size")
+                fail(f"controls['global_batch'] = {got:g}; with no data parallelism GBS = M x micro-batch size = "
+                     f"{want[key]}")
+            fail(f"controls[{key!r}] = {got:g} is not the baseline's value: hold what the interview question "
+                 "bank's run (the seed-pp8 preset) used")
+    parts.done()
 
 
 def expected_rank_idle(text: str) -> list[float]:

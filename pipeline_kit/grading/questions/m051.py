@@ -4,7 +4,7 @@ Megatron refuses it.
 Expected values come from the kit: the virtual-stage mapping and layouts (``stage_owner``,
 ``even_layout``), Megatron's warmup count and refusals (``interleaved_warmup``, the
 ``ScheduleConfigError`` the generator raises), the simulator's bubbles and transfers.  The checks name the
-usual mistakes: a contiguous chunk mapping, the seeds' ``(1/v)`` bubble, ``v(pp-1)`` boundaries.
+usual mistakes: a contiguous chunk mapping, the interview question bank's ``(1/v)`` bubble, ``v(pp-1)`` boundaries.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from fractions import Fraction
 from ...layout import even_layout
 from ...schedules import ScheduleConfigError, build_schedule, interleaved_warmup, stage_owner
 from ...sim import simulate
+from ..parts import plural
 from .common import (
     call,
     check,
@@ -68,14 +69,19 @@ def check_rank_layers(rank_layers, cases) -> None:
         layout = even_layout(layers, pp * v)
         for r in range(pp):
             got = call(rank_layers, r, pp, v, layers, name="rank_layers")
-            expect_type(got, (list, tuple, range), f"rank_layers({r}, {pp}, {v}, {layers})")
+            expect_type(got, (list, tuple, range), f"rank_layers({r}, {pp}, {v}, {layers}) (a list of layer indices, "
+                        "ascending)")
             want = [i for k, st in enumerate(layout.stages) if layout.owner(k, pp)[0] == r for i in st.layers]
-            if sorted(got) == want:
+            if list(got) == want:
                 continue
+            if sorted(got) == want:
+                fail(f"rank_layers({r}, pp={pp}, v={v}, layers={layers}) holds the right layers but not in ascending "
+                     "order: return them sorted")
             per_rank = layers // pp
             if sorted(got) == list(range(r * per_rank, (r + 1) * per_rank)):
-                why = (f"that is the non-interleaved split (one contiguous block); with v={v} rank {r} holds virtual "
-                       f"stages {r}, {r + pp}, ... -- {v} blocks of {layers // (pp * v)} layers, pp stages apart")
+                why = (f"that is the non-interleaved split (one contiguous block); with v={v}, rank {r} holds virtual "
+                       f"stages {r}, {r + pp}, ...: {plural(v, 'block')} of {plural(layers // (pp * v), 'layer')}, "
+                       "pp stages apart")
             elif len(got) != len(want):
                 why = f"every rank holds layers / pp = {per_rank} layers, with or without interleaving"
             else:
@@ -95,8 +101,8 @@ def check_bubble(interleaved_bubble, cases) -> None:
             continue
         why = first_match(got, [
             (Fraction(1, v) * Fraction(pp - 1, m + pp - 1),
-             ("that is the seeds' (1/v)(pp-1)/(M+pp-1), which divides the whole fraction by v; only the idle part "
-              "shrinks, the work does not: (pp-1)/(vM+pp-1)")),
+             ("that is the interview question bank's model answer (1/v)(pp-1)/(M+pp-1), which divides the whole "
+              "fraction by v; only the idle part shrinks, the work does not: (pp-1)/(vM+pp-1)")),
             (Fraction(pp - 1, v * m), ("(pp-1)/(vM) is bubble over the ideal time (Megatron's ratio), not the idle "
                                        "share of the step")),
             (Fraction(pp - 1, m + pp - 1), "that is the non-interleaved bubble: v did not enter"),
@@ -117,8 +123,8 @@ def check_warmup(warmup, cases) -> None:
                 continue
             raw = 2 * (pp - r - 1) + (v - 1) * pp
             if got == raw and raw > m * v:
-                why = (f"{raw} is more forwards than the {m * v} microbatch-chunks there are: cap it at M x v (then "
-                       "the rank runs everything as warmup and cooldown)")
+                why = (f"{raw} is more than the {plural(m * v, 'forward')} there are (M x v, one per microbatch and "
+                       "chunk): cap it at M x v (then the rank runs everything as warmup and cooldown)")
             elif want == m * v and got == m * v - 1:
                 why = (f"the warmup is capped at M x v = {m * v}: when rank {r} runs all its chunk forwards before its "
                        "first backward, every one of them is warmup (there is no steady state) -- counting the ops "

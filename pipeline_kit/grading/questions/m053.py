@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from ...schedules import build_schedule, stage_owner
 from .live import check_deallocate  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
+from ..parts import Parts, plural
 from .m046 import RUN
 from .common import (
     call,
@@ -168,11 +169,11 @@ def check_blocking_program(fn, cases) -> None:
                 want_s, want_r = _names(schedule, r, peer), _names(schedule, peer, r)
                 if sorted(sends) != sorted(want_s):
                     miss = sorted(set(want_s) - set(sends)) or sorted(set(sends) - set(want_s))
-                    fail(f"{what} sends {len(sends)} message(s) to rank {peer}, expected {len(want_s)} "
+                    fail(f"{what} sends {plural(len(sends), 'message')} to rank {peer}, expected {len(want_s)} "
                          f"({' '.join(want_s[:6])}{' ...' if len(want_s) > 6 else ''}); "
                          f"check {miss[0] if miss else '?'}")
                 if sorted(recvs) != sorted(want_r):
-                    fail(f"{what} receives {len(recvs)} message(s) from rank {peer}, expected {len(want_r)} "
+                    fail(f"{what} receives {plural(len(recvs), 'message')} from rank {peer}, expected {len(want_r)} "
                          f"({' '.join(want_r[:6])}{' ...' if len(want_r) > 6 else ''})")
         res = run_blocking(programs)
         if res.errors:
@@ -389,31 +390,44 @@ def check_predict_timeouts(fn, cases, real=()) -> None:
 
 @check
 def check_fixes(fixes) -> None:
+    """Three parts: each of the two fixes, and no non-fix."""
     got = expect_choices(fixes, FIXES, "fixes")
-    for name in sorted(got):
-        if FIXES[name]:
-            fail(f"fixes contains {name!r}: {FIXES[name]}")
-    if "agree_before_schedule" not in got:
-        fail("fixes misses the global decision: all ranks must agree on the microbatches (one all-reduce) before "
-             "the schedule runs")
-    if "send_placeholder" not in got:
-        fail("fixes misses keeping the protocol: still send (an empty tensor or a zero-token shape message) so every "
-             "send/receive pair happens")
+    parts = Parts()
+    with parts.part():
+        if "agree_before_schedule" not in got:
+            fail("fixes misses the global decision: all ranks must agree on the microbatches (one all-reduce) "
+                 "before the schedule runs")
+    with parts.part():
+        if "send_placeholder" not in got:
+            fail("fixes misses keeping the protocol: still send (an empty tensor or a zero-token shape message) so "
+                 "every send/receive pair happens")
+    with parts.part():
+        wrong = [name for name in FIXES if name in got and FIXES[name]]
+        if wrong:
+            fail("; ".join(f"fixes contains {name!r}: {FIXES[name]}" for name in wrong))
+    parts.done()
 
 
 @check
 def check_log_fields(fields) -> None:
+    """Two parts: every field that pairs the two sides is there, and nothing that cannot."""
     got = expect_choices(fields, set(LOG_FIELDS) | set(LOG_NOISE), "log_fields")
-    for name in sorted(got & set(LOG_NOISE)):
-        fail(f"log_fields contains {name!r}: {LOG_NOISE[name]}")
-    for name, why in LOG_FIELDS.items():
-        if name not in got:
-            fail(f"log_fields misses {name!r}: {why}")
+    parts = Parts()
+    with parts.part():
+        missing = [name for name in LOG_FIELDS if name not in got]
+        if missing:
+            fail("; ".join(f"log_fields misses {name!r}: {LOG_FIELDS[name]}" for name in missing))
+    with parts.part():
+        noise = [name for name in LOG_NOISE if name in got]
+        if noise:
+            fail("; ".join(f"log_fields contains {name!r}: {LOG_NOISE[name]}" for name in noise))
+    parts.done()
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
 def hidden_pairing_cases(rng) -> list:
-    return drawn(rng, 3, lambda r: (r.randint(2, 6), r.randint(1, 9)), fixed=[(2, 1)])
+    """(pp, M): the fixed cases have fewer microbatches than ranks (no steady state) and an odd rank count."""
+    return drawn(rng, 3, lambda r: (r.randint(2, 6), r.randint(1, 9)), fixed=[(2, 1), (4, 2), (5, 7)])
 
 
 def hidden_crash_cases(rng) -> list:
@@ -421,7 +435,8 @@ def hidden_crash_cases(rng) -> list:
         pp = r.randint(2, 5)
         m = r.randint(pp, 2 * pp)
         return pp, m, r.randrange(pp), r.randrange(m)
-    return drawn(rng, 3, make, fixed=[(2, 4, 1, 3)])
+    # the fixed crashes: the last rank, the first rank (no upstream neighbour), a middle rank's last microbatch
+    return drawn(rng, 3, make, fixed=[(2, 4, 1, 3), (4, 4, 0, 2), (5, 6, 2, 5)])
 
 
 def hidden_skip_cases(rng) -> list:
@@ -429,7 +444,8 @@ def hidden_skip_cases(rng) -> list:
         pp = r.randint(2, 5)
         m = r.randint(2, 10)
         return pp, m, r.randrange(pp), r.randrange(m)
-    return drawn(rng, 3, make, fixed=[(2, 3, 1, 1)])
+    # the fixed skips: a backward send (the last rank sends only gradients), the first rank's last forward
+    return drawn(rng, 3, make, fixed=[(2, 3, 1, 1), (4, 8, 3, 2), (4, 6, 0, 5)])
 
 
 def hidden_timeout_cases(rng) -> list:

@@ -121,8 +121,8 @@ def hidden_stage_traces(rng) -> list[tuple[str, dict]]:
 
 
 def hidden_verdict_pairs(rng) -> list[tuple[str, dict, dict]]:
-    """(name, before, after) around a drawn PP/M trace of the lab's model: a move off the slowest stage, the same
-    move at another M, a move that misses it, and a plain rerun."""
+    """(name, before, after): first :func:`fixed_verdict_pairs`, then around a drawn PP/M trace of the lab's model:
+    a move off the slowest stage, the same move at another M, a move that misses it, and a plain rerun."""
     r = rng
     pp, m = r.randint(3, 5), r.randint(4, 8)
     counts = _lab_counts(r, pp)
@@ -140,10 +140,19 @@ def hidden_verdict_pairs(rng) -> list[tuple[str, dict, dict]]:
 
     base = _drawn_trace(r, counts, m, None)
     resplit = moved(slow)
-    return [(f"PP{pp}/M{m}, re-split", base, _drawn_trace(r, resplit, m, None)),
+    return [*fixed_verdict_pairs(), (f"PP{pp}/M{m}, re-split", base, _drawn_trace(r, resplit, m, None)),
             (f"PP{pp}/M{m}, re-split at M={2 * m}", base, _drawn_trace(r, resplit, 2 * m, None)),
             (f"PP{pp}/M{m}, another move", base, _drawn_trace(r, moved(other), m, None)),
             (f"PP{pp}/M{m}, rerun", base, _drawn_trace(r, counts, m, None))]
+
+
+def fixed_verdict_pairs() -> list[tuple[str, dict, dict]]:
+    """Runs that differ in the layers or in pp at the same M (not comparable, whatever their step times), so a
+    verdict that compares only M fails on the same case under every seed."""
+    base, deeper = lab_trace(), "Et*4|t*3|t*3|t*3L"
+    fwd, bwd = lab_stage_ms(deeper, model=ModelSpec(**{**LAB_MODEL.to_dict(), "layers": 13}))
+    return [("a run with 13 layers", base, make_trace(fwd, bwd, 8, LAB_P2P_MS, jitter=0.05, seed=9, layout=deeper)),
+            ("a PP3 run of the same model", base, lab_trace("Et*4|t*4|t*4L", seed=10))]
 
 
 def main_run_args() -> list[str]:
@@ -161,7 +170,7 @@ TIGHT = 1e-7  # numbers must be computed: any figure typed from a printout is fu
 def _not_rounded(got: float, want: float, where: str) -> None:
     if close(got, want, rel=5e-3):
         fail(f"{where} = {got:.6g} is {want:.6g} rounded: compute it with the kit instead of typing the figure "
-             "(printed numbers, the seeds' and the CLI's, are rounded)")
+             "(printed numbers, the interview question bank's and the CLI's, are rounded)")
 
 
 def _ms(x: float) -> str:
