@@ -169,7 +169,11 @@ def test_forged_values_and_a_kernel_that_attacks_the_grader(tmp_path):
     assert "'bubble'] is 0.5, but the simulation gives" in failed["m041_main_differences"]
     assert "megatron_function['no-pipelining'] is 'anything'" in failed["m041_main_source"]
     assert "p2p_messages_pp1 is 7" in failed["m041_follow_no_p2p"]
-    assert out["score"] == 15 - 3 - 3 - 2 - 1
+    # the patched SimResult forges only the bubble: that third of the differences check is lost, the measurements
+    # the notebook really made (P2P count, rank 0's peak) keep theirs (partial credit, issue 27)
+    points = {c["name"]: c["points"] for c in out["checks"]}
+    assert points["m041_main_differences"] == 2
+    assert out["score"] == 15 - 3 - 1 - 2 - 1
     assert "999" not in proc.stderr
 
 

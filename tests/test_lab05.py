@@ -251,13 +251,27 @@ def test_answers_built_on_the_students_helper_are_judged_against_it():
 def test_partial_credit_names_every_failing_part():
     with pytest.raises(LabCheckFailed, match="misses 'activation_grad'.*contains 'labels'") as failed:
         lab05.check_crossing({"activation", "labels"})
-    assert failed.value.lost == pytest.approx(2 / 3)
+    others = len(lab05.TENSORS) - 2  # a right one missed costs 1/2, a wrong one picked 1/(the wrong ones)
+    assert failed.value.lost == pytest.approx(1 / 2 + 1 / others)
+    with pytest.raises(LabCheckFailed, match="contains 'labels'") as failed:
+        lab05.check_crossing({"activation", "activation_grad", "labels"})
+    assert failed.value.lost == pytest.approx(1 / others)
     with pytest.raises(LabCheckFailed, match="misses 'tag'.*misses 'dtype'.*contains 'loss'") as failed:
         lab05.check_log_fields(set(lab05.LOG_FIELDS) - {"tag", "dtype"} | {"loss"})
-    assert failed.value.lost == pytest.approx(1.0)
+    assert failed.value.lost == pytest.approx(2 / len(lab05.LOG_FIELDS) + 1 / len(lab05.LOG_NOISE))
     with pytest.raises(LabCheckFailed, match="only makes the same hang last longer") as failed:
         lab05.check_fixes({"agree_before_schedule", "send_placeholder", "longer_timeout"})
-    assert failed.value.lost == pytest.approx(1 / 3)
+    assert failed.value.lost == pytest.approx(1 / (len(lab05.FIXES) - 2))
+
+
+def test_choice_questions_give_nothing_for_an_empty_answer_or_every_option():
+    """Nothing picked is not "nothing wrong picked": an empty answer, or all of the menu, earns no share."""
+    for check, menu in ((lab05.check_crossing, set(lab05.TENSORS)), (lab05.check_fixes, set(lab05.FIXES)),
+                        (lab05.check_log_fields, set(lab05.LOG_FIELDS) | set(lab05.LOG_NOISE))):
+        for answer in (set(), menu):
+            with pytest.raises(LabCheckFailed) as failed:
+                check(answer)
+            assert failed.value.lost == 1.0, (check.__name__, answer)
 
 
 def test_m046_follow_wrong_answers():

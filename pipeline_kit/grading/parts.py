@@ -72,6 +72,17 @@ class Parts:
             raise LabCheckFailed(listing(self.failed), lost=len(self.failed) / self.total)
 
 
+def fail_choices(missed: list[str], picked: list[str], right: int, wrong: int) -> None:
+    """A choice question's mistakes, every one listed: each right option ``missed`` costs 1/``right`` of the
+    check's points and each wrong option ``picked`` 1/``wrong`` (``right``/``wrong``: how many options are), all of
+    them at most -- so an empty answer, and one that picks every option, earn nothing."""
+    from .questions.common import LabCheckFailed
+
+    if missed or picked:
+        share = min(1.0, len(missed) / right + (len(picked) / wrong if wrong else 0.0))
+        raise LabCheckFailed(listing(missed + picked, limit=len(missed) + len(picked)), lost=share)
+
+
 @dataclass
 class CellOutcome:
     """What a test cell earned: the share of its points (0..1) and the feedback (empty when it all passed)."""

@@ -25,11 +25,11 @@ class Report:
 
     @property
     def score(self) -> float:
-        return sum(c.points for c in self.checks)
+        return round(sum(c.points for c in self.checks), 2)  # (shares of points: 1.5 + 0.67 + ... stays readable)
 
     @property
     def max_score(self) -> float:
-        return sum(c.max_points for c in self.checks)
+        return round(sum(c.max_points for c in self.checks), 2)
 
     def add(self, name: str, max_points: float, ok: bool | float, feedback: str) -> None:
         points = max_points * (float(ok) if not isinstance(ok, bool) else (1.0 if ok else 0.0))

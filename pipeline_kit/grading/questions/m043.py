@@ -229,9 +229,12 @@ def _joined(phases, pp, m, r):
 def _check_order(func, cases, phases=None) -> None:
     for pp, m in cases:
         raw = [call(func, pp, m, r, name="one_f_one_b_order") for r in range(pp)]
-        reused = phases is not None and all(
-            isinstance(raw[r], (list, tuple)) and list(raw[r]) == _joined(phases, pp, m, r) for r in range(pp))
-        if reused and not all(_readable(ops, m) for ops in raw):
+
+        def reused() -> bool:  # asked only where the order is wrong: a right order never runs the student's phases
+            return phases is not None and all(
+                isinstance(raw[r], (list, tuple)) and list(raw[r]) == _joined(phases, pp, m, r) for r in range(pp))
+
+        if not all(_readable(ops, m) for ops in raw) and reused():
             continue  # ops that do not exist come from the phases' warmup: the warmup check charges it, once
         ranks = [_ops(raw[r], f"one_f_one_b_order({pp}, {m}, {r})") for r in range(pp)]
         schedule = Schedule("one_f_one_b_order", pp, m, 1, ranks)
@@ -246,13 +249,13 @@ def _check_order(func, cases, phases=None) -> None:
         if schedule.forward_only:
             fail(f"pp={pp}, M={m}: your orders run no backward at all -- that is an inference (forward-only) step; "
                  f"a training step runs B0 .. B{m - 1} on every rank")
-        if reused:
-            continue  # the student's own phases, joined: where they differ from 1F1B, their checks charge it
         for r in range(pp):
             mine, theirs = ranks[r], want.ranks[r]
             i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
             if i is None:
                 continue
+            if reused():
+                break  # the student's own phases, joined: where they differ from 1F1B, their checks charge it
             fail(f"pp={pp}, M={m}, rank {r}, op {i + 1}: got {mine[i].text()}, 1F1B runs {theirs[i].text()} there -- "
                  + _explain(pp, m, r, i, mine, theirs))
 

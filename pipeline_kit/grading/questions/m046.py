@@ -14,7 +14,7 @@ from dataclasses import replace
 from ...layout import PRESETS, ModelSpec, boundary_bytes, even_layout, p2p_volume
 from ...schedules import build_schedule
 from ...sim import simulate
-from ..parts import Parts, plural
+from ..parts import fail_choices, Parts, plural
 from .common import (
     LabCheckFailed,
     call,
@@ -90,20 +90,17 @@ def spec_for(seq, mbs, hidden, dtype) -> ModelSpec:
 # -- M046 main ----------------------------------------------------------------------------------
 @check
 def check_crossing(crossing) -> None:
+    """Each tensor on its own (``parts.fail_choices``): an empty answer, or every tensor, earns nothing."""
     got = expect_choices(crossing, TENSORS, "crossing")
-    parts = Parts()
-    with parts.part():
-        if "activation" not in got:
-            fail("crossing misses 'activation': stage k+1 cannot start its forward without stage k's output")
-    with parts.part():
-        if "activation_grad" not in got:
-            fail("crossing misses 'activation_grad': stage k cannot continue backward without the gradient of its "
-                 "output, which the next stage computes")
-    with parts.part():
-        extra = sorted(got - {"activation", "activation_grad"}, key=TENSORS.index)
-        if extra:
-            fail("; ".join(f"crossing contains {name!r}: {CROSSING_WHY[name]}" for name in extra))
-    parts.done()
+    missed = []
+    if "activation" not in got:
+        missed.append("crossing misses 'activation': stage k+1 cannot start its forward without stage k's output")
+    if "activation_grad" not in got:
+        missed.append("crossing misses 'activation_grad': stage k cannot continue backward without the gradient of "
+                      "its output, which the next stage computes")
+    others = [name for name in TENSORS if name not in ("activation", "activation_grad")]
+    fail_choices(missed, [f"crossing contains {name!r}: {CROSSING_WHY[name]}" for name in others if name in got], 2,
+                 len(others))
 
 
 def expected_messages(pp: int, m: int) -> set:

@@ -165,6 +165,8 @@ def check_steps(measurement_steps) -> None:
     if unknown:
         fail(f"measurement_steps has {unknown}, which are not on the menu ({', '.join(MENU)}): give a list of MENU "
              "keys, in the order they run")
+    if not measurement_steps:  # (nothing picked is not "nothing wrong picked": no share for an empty answer)
+        fail("measurement_steps is empty: give the MENU keys of the steps you would run, in order")
     order = list(measurement_steps)
     parts = Parts()
     with parts.part():

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from ...schedules import build_schedule, stage_owner
 from .live import check_deallocate  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_program
-from ..parts import Parts, plural
+from ..parts import fail_choices, plural
 from .m046 import RUN
 from .common import (
     call,
@@ -390,38 +390,27 @@ def check_predict_timeouts(fn, cases, real=()) -> None:
 
 @check
 def check_fixes(fixes) -> None:
-    """Three parts: each of the two fixes, and no non-fix."""
+    """Each option on its own (``parts.fail_choices``): an empty answer, or every option, earns nothing."""
     got = expect_choices(fixes, FIXES, "fixes")
-    parts = Parts()
-    with parts.part():
-        if "agree_before_schedule" not in got:
-            fail("fixes misses the global decision: all ranks must agree on the microbatches (one all-reduce) "
-                 "before the schedule runs")
-    with parts.part():
-        if "send_placeholder" not in got:
-            fail("fixes misses keeping the protocol: still send (an empty tensor or a zero-token shape message) so "
-                 "every send/receive pair happens")
-    with parts.part():
-        wrong = [name for name in FIXES if name in got and FIXES[name]]
-        if wrong:
-            fail("; ".join(f"fixes contains {name!r}: {FIXES[name]}" for name in wrong))
-    parts.done()
+    missed = []
+    if "agree_before_schedule" not in got:
+        missed.append("fixes misses the global decision: all ranks must agree on the microbatches (one all-reduce) "
+                      "before the schedule runs")
+    if "send_placeholder" not in got:
+        missed.append("fixes misses keeping the protocol: still send (an empty tensor or a zero-token shape message) "
+                      "so every send/receive pair happens")
+    non_fixes = [name for name in FIXES if FIXES[name]]
+    fail_choices(missed, [f"fixes contains {name!r}: {FIXES[name]}" for name in non_fixes if name in got], 2,
+                 len(non_fixes))
 
 
 @check
 def check_log_fields(fields) -> None:
-    """Two parts: every field that pairs the two sides is there, and nothing that cannot."""
+    """Each field on its own (``parts.fail_choices``): an empty answer, or every field, earns nothing."""
     got = expect_choices(fields, set(LOG_FIELDS) | set(LOG_NOISE), "log_fields")
-    parts = Parts()
-    with parts.part():
-        missing = [name for name in LOG_FIELDS if name not in got]
-        if missing:
-            fail("; ".join(f"log_fields misses {name!r}: {LOG_FIELDS[name]}" for name in missing))
-    with parts.part():
-        noise = [name for name in LOG_NOISE if name in got]
-        if noise:
-            fail("; ".join(f"log_fields contains {name!r}: {LOG_NOISE[name]}" for name in noise))
-    parts.done()
+    fail_choices([f"log_fields misses {name!r}: {LOG_FIELDS[name]}" for name in LOG_FIELDS if name not in got],
+                 [f"log_fields contains {name!r}: {LOG_NOISE[name]}" for name in LOG_NOISE if name in got],
+                 len(LOG_FIELDS), len(LOG_NOISE))
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
