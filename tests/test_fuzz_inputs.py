@@ -233,7 +233,7 @@ def traces(draw):
             trace[draw(st.sampled_from(sorted(trace) + ["extra"]))] = draw(POOL_VALUES | JSON_VALUES)
         elif isinstance(trace.get("timeline"), list) and trace["timeline"]:
             event = trace["timeline"][draw(st.integers(0, len(trace["timeline"]) - 1))]
-            if isinstance(event, dict):
+            if isinstance(event, dict) and event:  # (an earlier draw may have made it an empty dict)
                 event[draw(st.sampled_from(sorted(event)))] = draw(POOL_VALUES)
     return trace
 
