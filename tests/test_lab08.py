@@ -6,6 +6,7 @@ from fractions import Fraction
 import nbformat
 
 import pytest
+from fairness_catalogue.lab08 import NO_DTYPE, NO_POSITIONS, STRICT  # the catalogue's wrong answers
 from lab_grading import SOLUTIONS, assert_partial, grade_answers, replayed_torchrun, with_answers
 
 from pipeline_kit.grading.engine import grade
@@ -67,35 +68,6 @@ def _solution_cell(gid: str) -> str:
     return next(c.source for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid)
 
 
-NO_DTYPE = """
-def stage_bytes(spec, n_layers, embedding, loss):
-    s, b, h, a, V, d = spec.seq_len, spec.micro_batch_size, spec.hidden, spec.heads, spec.vocab, spec.dtype_bytes
-    total = n_layers * s * b * h * (34 + 5 * a * s / h)
-    if embedding:
-        total += s * b * h * d
-    if loss:
-        total += s * b * V * 4 + s * b * h * d
-    return total
-"""
-NO_POSITIONS = """
-def resident_bytes(spec, pp, bytes_per_param):
-    h, f, V = spec.hidden, spec.ffn_mult, spec.vocab
-    layer = (4 + 2 * f) * h * h + (9 + f) * h
-    params = [spec.layers // pp * layer for _ in range(pp)]
-    params[0] += V * h
-    params[-1] += V * h + 2 * h
-    return [p * bytes_per_param for p in params]
-"""
-STRICT = """
-def snapshot(result, t):
-    counts = []
-    for rank in range(result.schedule.pp):
-        events = result.rank_events(rank)
-        started = sum(1 for e in events if e.op.kind == "F" and e.start < t)
-        freed = sum(1 for e in events if e.op.kind == "B" and e.end <= t)
-        counts.append(started - freed)
-    return counts
-"""
 
 
 def test_three_mistakes_score_the_same_under_two_seeds(tmp_path):
