@@ -8,12 +8,13 @@ steps through a schedule slot by slot.
 
 from __future__ import annotations
 
-from matplotlib.animation import FuncAnimation
+import html
+
 from matplotlib.figure import Figure
 
 from ..schedules import CHUNKED, SCHEDULES, ScheduleConfigError, build_schedule
 from ..sim import simulate
-from .figure import KitFigure, png_bytes
+from .figure import FigureTuple, HTMLText, KitAnimation, KitFigure, png_bytes
 from .timeline import Timeline, _boxes_path, draw_timeline
 
 
@@ -25,6 +26,9 @@ def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: i
     ``fig``: redraw into this figure (one ``render`` made) instead of a new one.  The explorer keeps
     one figure for its whole life: matplotlib then reuses its tick artists and its text-size cache,
     which makes a pp = 8, M = 32 redraw about a third cheaper than drawing a fresh figure.
+
+    The pair is a :class:`~pipeline_kit.viz.figure.FigureTuple`: it unpacks as any tuple, and as a
+    notebook cell's last value it shows the figure.
     """
     fig = fig if fig is not None else KitFigure(dpi=90)
     ax = fig.axes[0] if fig.axes else fig.subplots()
@@ -38,7 +42,7 @@ def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: i
         fig.set_size_inches(8, 1.6)
         ax.set_visible(False)
         fig.text(0.02, 0.5, f"not a valid configuration: {exc}", fontsize=9, wrap=True, va="center")
-        return fig, {"error": str(exc)}
+        return FigureTuple((fig, {"error": str(exc)}))
     factors = [1.0] * pp
     if 0 <= slow_stage < pp:
         factors[slow_stage] = slowdown
@@ -51,19 +55,20 @@ def render(schedule: str = "1f1b", pp: int = 4, microbatches: int = 8, chunks: i
     metrics = {"makespan": res.makespan, "ideal_time": res.ideal_time, "bubble_fraction": res.bubble_fraction,
                "bubble_over_ideal": res.bubble_over_ideal, "peak_activations": res.peak_activations,
                "formula": None if sched.splits_backward else (pp - 1) / (sched.chunks * microbatches + pp - 1)}
-    return fig, metrics
+    return FigureTuple((fig, metrics))
 
 
-def metrics_html(metrics: dict) -> str:
+def metrics_html(metrics: dict) -> HTMLText:
+    """:func:`render`'s metrics as an HTML table (a ``str``, rendered when it is a cell's value)."""
     if "error" in metrics:
-        return f"<p><b>not a valid configuration:</b> {metrics['error']}</p>"
+        return HTMLText(f"<p><b>not a valid configuration:</b> {html.escape(metrics['error'])}</p>")
     rows = [("makespan", f"{metrics['makespan']:.4g}"), ("ideal time (busiest rank)", f"{metrics['ideal_time']:.4g}"),
             ("bubble fraction (idle / total)", f"{metrics['bubble_fraction']:.4f}"),
             ("bubble / ideal (Megatron)", f"{metrics['bubble_over_ideal']:.4f}"),
             ("textbook formula", "-" if metrics["formula"] is None else f"{metrics['formula']:.4f}"),
             ("peak live activations per rank", str(metrics["peak_activations"]))]
     body = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
+    return HTMLText(f"<table>{body}</table>")
 
 
 def slow_stage_options(pp: int) -> list[tuple[str, int]]:
@@ -115,7 +120,7 @@ def explorer(**initial):
         controls["slowdown"].disabled = values["slow_stage"] < 0
         _, metrics = render(**values, fig=fig)
         image.value = png_bytes(fig, tight=False)  # render() fixed the margins: one draw, no bbox search
-        table.value = metrics_html(metrics)
+        table.value = str(metrics_html(metrics))
 
     def follow_pp(change):  # the slow-stage menu lists the ranks there are; a vanished rank becomes "none"
         slow = controls["slow_stage"]
@@ -134,8 +139,12 @@ def explorer(**initial):
     return w.VBox([w.HBox(list(controls.values())[:4]), w.HBox(list(controls.values())[4:]), image, table])
 
 
-def animate(tl: Timeline, max_frames: int = 60, interval_ms: int = 250) -> FuncAnimation:
-    """Reveal the timeline slot by slot: frame k shows every op started by the k-th start time."""
+def animate(tl: Timeline, max_frames: int = 60, interval_ms: int = 250) -> KitAnimation:
+    """Reveal the timeline slot by slot: frame k shows every op started by the k-th start time.
+
+    A ``FuncAnimation`` (``.save``, ``.to_jshtml`` ...) that, as a notebook cell's last value, shows
+    the JS/HTML player of :func:`animation_html`.
+    """
     ax = draw_timeline(tl, labels=False)
     fig = ax.figure
     y_of = {r: tl.pp - 1 - r for r in range(tl.pp)}
@@ -156,9 +165,10 @@ def animate(tl: Timeline, max_frames: int = 60, interval_ms: int = 250) -> FuncA
         cursor.set_xdata([t, t])
         return [p for p, _ in groups] + [cursor]
 
-    return FuncAnimation(fig, frame, frames=len(starts), interval=interval_ms, blit=False)
+    return KitAnimation(fig, frame, frames=len(starts), interval=interval_ms, blit=False)
 
 
-def animation_html(tl: Timeline, max_frames: int = 60) -> str:
-    """A self-contained HTML/JS player of :func:`animate` (no kernel needed)."""
-    return animate(tl, max_frames).to_jshtml(default_mode="once")
+def animation_html(tl: Timeline, max_frames: int = 60) -> HTMLText:
+    """A self-contained HTML/JS player of :func:`animate` (no kernel needed): a ``str`` to write into a
+    page, which renders as the player when it is a notebook cell's value."""
+    return HTMLText(animate(tl, max_frames).to_jshtml(default_mode="once"))
