@@ -56,7 +56,7 @@ def test_labs_hide_solutions_and_hidden_tests():
             assert not cell.get("outputs")
 
 
-def test_points_follow_the_seed_rubric():
+def test_points_follow_the_bank_rubric():
     """Each question's checks add up to 10 (main) + 5 (follow-up); the labs cover M041-M054 and ZB-V."""
     totals = defaultdict(float)
     for lab in lab_names():

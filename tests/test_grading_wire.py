@@ -68,7 +68,7 @@ def test_a_patched_simresult_is_rebuilt_by_the_simulator(monkeypatch):
 
 
 def test_kit_records_round_trip():
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     assert wire.as_data(spec) == spec
     assert str(wire.as_data(parse_layout("Et*3|t*2|t*2|tL"))) == "Et*3|t*2|t*2|tL"
 

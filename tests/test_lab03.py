@@ -117,7 +117,7 @@ def test_pp8_rounding():
 def test_losses_scaled_by_parameters():
     right = lab03.expected_losses()
     lab03.check_losses(right, "kernel", "imbalance")
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, 8), spec, 8)
     rel = [c.params / costs[1].params for c in costs]
     wrong = {**right, "imbalance": simulate(build_schedule("1f1b", 8, 16), fwd=rel, bwd=[2 * x for x in rel])}
@@ -164,7 +164,7 @@ def test_decomposition_checks():
     lab03.check_follow_bubble(2.59 / 8, 8 * 16 / 23, factors)
     with pytest.raises(LabCheckFailed, match="not by the 16 microbatches"):
         lab03.check_follow_bubble(2.59 / 16, 8 * 16 / 23, factors)
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, 8), spec, 8)
     ratio = max(c.params for c in costs) / min(c.params for c in costs)
     lab03.check_follow_imbalance(ratio, factors)

@@ -53,7 +53,7 @@ log_fields = {"rank", "peer", "stage", "chunk", "microbatch", "direction", "tag"
               "received_count"}
 '''
     report = grade_answers(tmp_path, LAB, {"pairing": pairing, "bytes": bytes_, "follow_hang": follow_hang})
-    # enc_dec_boundary, varlen_step_bytes and seed_send_bytes use the student's boundary_bytes: they are judged
+    # enc_dec_boundary, varlen_step_bytes and bank_send_bytes use the student's boundary_bytes: they are judged
     # against it, so its mistake costs its own check only
     assert_partial(report, {"m053_main_pairing": "both ranks block in a send",
                             "m046_main_bytes": "is the number of elements; multiply by the bytes per element",
@@ -242,9 +242,9 @@ def test_answers_built_on_the_students_helper_are_judged_against_it():
     assert failed.value.lost == pytest.approx(1 / 3)  # the shapes are right: one part of three
     lab05.check_varlen(lambda lens, b, h, dt, pp: 2 * (pp - 1) * sum(elements(s, b, h, dt) for s in lens),
                        [([512, 384, 100, 512], 1, 768, torch.bfloat16, 4)], own=elements)
-    spec = lab05.PRESETS["seed-pp8"][0]
-    lab05.check_seed_send(spec.seq_len * spec.hidden, own=elements)
-    lab05.check_seed_link(32 * 1000, send=1000)
+    spec = lab05.PRESETS["bank-pp8"][0]
+    lab05.check_bank_send(spec.seq_len * spec.hidden, own=elements)
+    lab05.check_bank_link(32 * 1000, send=1000)
     lab05.check_real_send(32 * 2 * 32, lab05.RUN, own=elements)
 
 
@@ -275,19 +275,19 @@ def test_choice_questions_give_nothing_for_an_empty_answer_or_every_option():
 
 
 def test_m046_follow_wrong_answers():
-    spec = lab05.PRESETS["seed-pp8"][0]
+    spec = lab05.PRESETS["bank-pp8"][0]
     with pytest.raises(LabCheckFailed, match="that is fp32"):
-        lab05.check_seed_send(spec.seq_len * spec.hidden * 4)
+        lab05.check_bank_send(spec.seq_len * spec.hidden * 4)
     with pytest.raises(LabCheckFailed, match="only the activations"):
-        lab05.check_seed_link(16 * spec.seq_len * spec.hidden * 2)
+        lab05.check_bank_link(16 * spec.seq_len * spec.hidden * 2)
     def per_link(pp, m, spec, chunks=1):
         return 2 * m * spec.seq_len * spec.micro_batch_size * spec.hidden * 2
     with pytest.raises(LabCheckFailed, match="what one boundary link carries"):
-        lab05.check_step_bytes(per_link, [(8, 16, "seed-pp8", 1)])
+        lab05.check_step_bytes(per_link, [(8, 16, "bank-pp8", 1)])
     def no_chunks(pp, m, spec, chunks=1):
         return 2 * m * (pp - 1) * spec.seq_len * spec.micro_batch_size * spec.hidden * 2
     with pytest.raises(LabCheckFailed, match="pp\\*v - 1 = 7 virtual-stage boundaries"):
-        lab05.check_step_bytes(no_chunks, [(4, 8, "seed-pp8", 2)])
+        lab05.check_step_bytes(no_chunks, [(4, 8, "bank-pp8", 2)])
     def tp_always(spec, tp, sp, cp):
         return spec.seq_len // cp // tp * spec.micro_batch_size * spec.hidden * 2
     with pytest.raises(LabCheckFailed, match="without sequence parallelism"):

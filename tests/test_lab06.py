@@ -47,9 +47,9 @@ my_layout = "Et*2|t|t|t*2L"
 run_model = ModelSpec(vocab=256, seq_len=32, hidden=32, heads=4, layers=6, micro_batch_size=2)
 my_layout_params = [c.params for c in stage_costs(parse_layout(my_layout), run_model, 4)]
 '''
-    follow_stages = '''seed_spec = PRESETS["seed-pp8"][0]
-baseline_layers = seed_spec.layers // 8
-baseline_params = cost_table(seed_spec, 8)["params"][1]
+    follow_stages = '''bank_spec = PRESETS["bank-pp8"][0]
+baseline_layers = bank_spec.layers // 8
+baseline_params = cost_table(bank_spec, 8)["params"][1]
 def endpoint_extra(spec):
     return {"first": spec.vocab * spec.hidden, "last": spec.vocab * spec.hidden + 2 * spec.hidden}
 def tied_counts(cfg, num_stages):
@@ -100,7 +100,7 @@ def test_solution_passes(sol):
     lab06.check_build_stage(sol["build_my_stage"], [(lab06.small_cfg(layers=2), 1)])
     lab06.check_stage_io(sol["stage_io"], [(lab06.small_cfg(layers=2), 1, 1)])
     lab06.check_param_counts(sol["stage_param_counts"], [(lab06.small_cfg(layers=7, vocab=1000), 3)])
-    lab06.check_seed_imbalance(sol["seed_imbalance"])
+    lab06.check_bank_imbalance(sol["bank_imbalance"])
     lab06.check_cost_table(sol["cost_table"], [("tiny", 2)])
     lab06.check_grad_run(sol["my_layout"], sol["my_layout_params"], fake_run(sol["my_layout_params"]),
                          lab06_run_args())
@@ -150,9 +150,9 @@ def test_inputs_and_counts_wrong_answers(sol):
     with pytest.raises(LabCheckFailed, match="stage 0's input is integer token ids"):
         lab06.check_input_grad(lambda s, n: True, [4])
     with pytest.raises(LabCheckFailed, match="the ratio of the rounded figures"):
-        lab06.check_seed_imbalance(39.1 / 14.2)
+        lab06.check_bank_imbalance(39.1 / 14.2)
     with pytest.raises(LabCheckFailed, match="the last stage over a middle one"):
-        lab06.check_seed_imbalance(38_753_280 / 14_175_744)
+        lab06.check_bank_imbalance(38_753_280 / 14_175_744)
 
     def backward_flops(spec, pp):
         t = sol["cost_table"](spec, pp)
@@ -181,7 +181,7 @@ def test_follow_up_stage_wrong_answers(sol):
         lab06.check_baseline(2, sol["baseline_params"] // 2)
     with pytest.raises(LabCheckFailed, match="final LayerNorm"):
         lab06.check_endpoint_extra(lambda s: {"first": s.vocab * s.hidden + s.seq_len * s.hidden,
-                                              "last": s.vocab * s.hidden}, ["seed-pp8"])
+                                              "last": s.vocab * s.hidden}, ["bank-pp8"])
     with pytest.raises(LabCheckFailed, match=r"endpoint_extra\(<ModelSpec layers=12, .*position embedding"):
         lab06.check_endpoint_extra(lambda s: {"first": s.vocab * s.hidden, "last": s.vocab * s.hidden + 2 * s.hidden},
                                    [ModelSpec(layers=12, vocab=300)])
@@ -197,7 +197,7 @@ def test_follow_up_stage_wrong_answers(sol):
     def by_params(spec, pp, m):
         return {**sol["decide_by_time"](spec, pp, m), "by_time": 0}
     with pytest.raises(LabCheckFailed, match="its embedding is a lookup"):
-        lab06.check_decide_by_time(by_params, [("seed-pp8", 8, 16)])
+        lab06.check_decide_by_time(by_params, [("bank-pp8", 8, 16)])
 
 
 def test_pipeline_step_wrong_answers(sol):

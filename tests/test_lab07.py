@@ -181,7 +181,7 @@ def test_layout_metrics_mistakes():
     with pytest.raises(LabCheckFailed, match="one microbatch's activations"):
         def one_microbatch(text):
             out = lab07.expected_layout_metrics(text)
-            costs = lab07.stage_costs(parse_layout(text), lab07.SEED, 8)
+            costs = lab07.stage_costs(parse_layout(text), lab07.BANK, 8)
             return {**out, "peak_act_mib": max(c.activation_bytes for c in costs) / 2**20}
         lab07.check_layout_metrics(one_microbatch, ["Et*3|t*3|t*2|t*2|t*2|t*2|t*2|L"])
     with pytest.raises(LabCheckFailed, match="counts one direction"):
@@ -192,7 +192,7 @@ def test_layout_metrics_mistakes():
 
 def test_follow_up_b_checks():
     layouts = lab07.endpoint_layouts()
-    steps = {k: lab07.seed_plan(t).makespan for k, t in layouts.items()}
+    steps = {k: lab07.bank_plan(t).makespan for k, t in layouts.items()}
     lab07.check_endpoints(steps, {"first": False, "last": True})
     with pytest.raises(LabCheckFailed, match="has the parameters"):
         lab07.check_endpoints(steps, {"first": True, "last": True})
@@ -203,7 +203,7 @@ def test_follow_up_b_checks():
     with pytest.raises(LabCheckFailed, match="the one thing the experiment varies"):
         lab07.check_controls({**good, "layout": "Et*3|t*3|t*2|t*2|t*2|t*2|t*2|L"})
     with pytest.raises(LabCheckFailed, match="busy time"):
-        lab07.check_rank_idle(lambda t: [lab07.seed_plan(t).makespan - i for i in lab07.expected_rank_idle(t)],
+        lab07.check_rank_idle(lambda t: [lab07.bank_plan(t).makespan - i for i in lab07.expected_rank_idle(t)],
                               [layouts["even"]])
     lab07.check_grad_args(["--layout", lab07.GRAD_LAYOUT, "--check-grads"])
     with pytest.raises(LabCheckFailed, match="add --check-grads"):
@@ -217,14 +217,14 @@ def test_follow_up_b_checks():
 def test_m054_checks():
     lab07.check_local(lab07.expected_local())
     with pytest.raises(LabCheckFailed, match="rounded: compute it with the kit"):
-        lab07.check_local({**lab07.expected_local(), "bound": 5.57})  # the seeds' figure, typed
+        lab07.check_local({**lab07.expected_local(), "bound": 5.57})  # the question bank's figure, typed
     with pytest.raises(LabCheckFailed, match="is the parameter ratio"):
         lab07.check_local({**lab07.expected_local(), "slow_over_mean": lab07.expected_local()["param_ratio"]})
-    f = lab07.seed_factors()
+    f = lab07.bank_factors()
     right = {"imbalance": f["stage imbalance"].factor, "p2p": f["P2P"].factor, "remainder": f["remainder"].factor}
     lab07.check_losses(right)
     with pytest.raises(LabCheckFailed, match="1 / 2.76, the parameter ratio"):
-        params = [c.params for c in lab07.stage_costs(parse_layout(lab07.endpoint_layouts()["even"]), lab07.SEED, 8)]
+        params = [c.params for c in lab07.stage_costs(parse_layout(lab07.endpoint_layouts()["even"]), lab07.BANK, 8)]
         lab07.check_losses({**right, "imbalance": min(params) / max(params)})
     with pytest.raises(LabCheckFailed, match="speedup left after this loss"):
         lab07.check_losses({**right, "p2p": f["P2P"].speedup})
@@ -233,9 +233,9 @@ def test_m054_checks():
         lab07.check_m32({**lab07.expected_m32(), "modelled": lab07.expected_m32()["naive"]})
     with pytest.raises(LabCheckFailed, match="doubles the global batch"):
         lab07.check_m32({**lab07.expected_m32(), "gbs_factor": 1})
-    best = str(lab07.seed_balance().best.layout)
+    best = str(lab07.bank_balance().best.layout)
     nxt = {"layout": best, "microbatches": 16, "micro_batch_size": 1,
-           "predicted_speedup": lab07.seed_factors(layout=best, measured=None)["P2P"].speedup}
+           "predicted_speedup": lab07.bank_factors(layout=best, measured=None)["P2P"].speedup}
     lab07.check_next(nxt)
     with pytest.raises(LabCheckFailed, match="must keep both"):
         lab07.check_next({**nxt, "microbatches": 32})
@@ -245,18 +245,18 @@ def test_m054_follow_up_checks():
     lab07.check_single(lab07.expected_single_ms())
     with pytest.raises(LabCheckFailed, match="is one microbatch"):
         lab07.check_single(lab07.expected_single_ms() / 16)
-    seed8 = lab07.seed_trace()
-    lab07.check_trace_check(lab07.expected_trace_check(seed8), seed8)
+    bank8 = lab07.bank_trace()
+    lab07.check_trace_check(lab07.expected_trace_check(bank8), bank8)
     with pytest.raises(LabCheckFailed, match="FLOPs model's factor"):
-        lab07.check_trace_check({**lab07.expected_trace_check(seed8),
-                                 "imbalance": lab07.seed_factors()["stage imbalance"].factor}, seed8)
+        lab07.check_trace_check({**lab07.expected_trace_check(bank8),
+                                 "imbalance": lab07.bank_factors()["stage imbalance"].factor}, bank8)
     lab07.check_resplit(lab07.expected_resplit())
     with pytest.raises(LabCheckFailed, match="leaves out P2P"):
         lab07.check_resplit({**lab07.expected_resplit(),
-                             "even": lab07.seed_factors(measured=None)["stage imbalance"].speedup})
+                             "even": lab07.bank_factors(measured=None)["stage imbalance"].speedup})
 
     def split(lat, gbps):
-        f = lab07.seed_factors(latency_us=lat, gbps=gbps)
+        f = lab07.bank_factors(latency_us=lat, gbps=gbps)
         return f["P2P"].factor, f["remainder"].factor
 
     lab07.check_split(split, lab07.SPLIT_CASES + lab07.hidden_split_cases(random.Random(0)))

@@ -160,7 +160,7 @@ def test_stage_bytes_terms():
         lab08.check_stage_bytes(lambda *a: right(*a, scale=False), cases)
     with pytest.raises(LabCheckFailed, match="fp32"):
         lab08.check_stage_bytes(lambda sp, n, e, end: right(sp, n, e, end, logits_bytes=sp.dtype_bytes if end else 4),
-                                [("Et*4|t*4|t*4|t*4L", PRESETS["seed-pp8"][0], 4)])
+                                [("Et*4|t*4|t*4|t*4L", PRESETS["bank-pp8"][0], 4)])
 
 
 def test_alive_and_resident():
@@ -169,10 +169,11 @@ def test_alive_and_resident():
         lab08.check_alive(lambda s, pp, m, r, v=1: min(pp - r - 1, m), [("1f1b", 4, 8, 1)])
     with pytest.raises(LabCheckFailed, match="GPipe's count"):
         lab08.check_alive(lambda s, pp, m, r, v=1: m, [("1f1b", 4, 8, 1)])
-    seed = PRESETS["seed-pp8"][0]
-    lab08.check_resident(lambda sp, pp, bpp: lab08.expected_resident(sp, pp, bpp), [(seed, 8, 16)])
+    bank_model = PRESETS["bank-pp8"][0]
+    lab08.check_resident(lambda sp, pp, bpp: lab08.expected_resident(sp, pp, bpp), [(bank_model, 8, 16)])
     with pytest.raises(LabCheckFailed, match="parameters / PP"):
-        lab08.check_resident(lambda sp, pp, bpp: [sum(lab08.expected_resident(sp, pp, bpp)) / pp] * pp, [(seed, 8, 16)])
+        lab08.check_resident(lambda sp, pp, bpp: [sum(lab08.expected_resident(sp, pp, bpp)) / pp] * pp,
+                             [(bank_model, 8, 16)])
 
 
 def test_measurement_steps():
@@ -189,8 +190,8 @@ def test_measurement_steps():
 
 
 def test_follow_052():
-    seed = PRESETS["seed-pp8"][0]
-    cases = [(seed, 8, 16, "1f1b", 16)]
+    bank_model = PRESETS["bank-pp8"][0]
+    cases = [(bank_model, 8, 16, "1f1b", 16)]
     lab08.check_terms(lambda *a: lab08.expected_terms(*a), cases)
     with pytest.raises(LabCheckFailed, match="even split"):
         def even_resident(*a):
@@ -206,7 +207,7 @@ def test_follow_052():
 
     with pytest.raises(LabCheckFailed, match="leaves out the two ops"):
         lab08.check_lifetime(f_end_to_b_start, [("1f1b", 4, 8, 0, 0)])
-    totals, naive = lab08.seed_totals("1f1b")
+    totals, naive = lab08.bank_totals("1f1b")
     lab08.check_fullest({"1f1b": 0, "gpipe": 7}, max(totals) / naive)
     with pytest.raises(LabCheckFailed, match="fp32 logits"):
         lab08.check_fullest({"1f1b": 0, "gpipe": 0}, max(totals) / naive)
@@ -298,9 +299,9 @@ def test_a_helper_mistake_costs_once():
     assert err.value.lost == pytest.approx(1 / 3)
     totals = {}
     for name in ("1f1b", "gpipe"):
-        t = terms(PRESETS["seed-pp8"][0], 8, 16, name, 16)
+        t = terms(PRESETS["bank-pp8"][0], 8, 16, name, 16)
         totals[name] = [r + n * a for r, n, a in zip(t["resident"], t["alive"], t["bytes_per_microbatch"])]
-    naive = sum(terms(PRESETS["seed-pp8"][0], 8, 16, "1f1b", 16)["resident"]) / 8
+    naive = sum(terms(PRESETS["bank-pp8"][0], 8, 16, "1f1b", 16)["resident"]) / 8
     fullest = {k: v.index(max(v)) for k, v in totals.items()}
     lab08.check_fullest(fullest, max(totals["1f1b"]) / naive, terms)
     with pytest.raises(LabCheckFailed, match="fullest_over_naive"):

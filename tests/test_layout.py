@@ -1,4 +1,5 @@
-"""Layouts: parsing with precise errors, per-stage costs (the seeds' PP8 case), the exact balancer, speedup factors."""
+"""Layouts: parsing with precise errors, per-stage costs (the question bank's PP8 case), the exact balancer, speedup
+factors."""
 
 import itertools
 import json
@@ -97,14 +98,29 @@ def test_even_and_uneven_splits_as_layouts():
         even_layout(10, 4)
 
 
-def test_seed_case_reproduces_the_endpoint_imbalance():
-    spec = PRESETS["seed-pp8"][0]
+def test_bank_case_reproduces_the_endpoint_imbalance():
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(16, 8), spec, 8)
     params = [c.params for c in costs]
     assert params[0] == 39_144_960 and params[7] == 38_753_280 and set(params[1:7]) == {14_175_744}
     assert round(max(params) / 1e6, 1) == 39.1 and round(min(params) / 1e6, 1) == 14.2
     assert round(max(params) / min(params), 2) == 2.76
 
+
+
+def test_the_old_preset_name_is_an_alias_of_bank_pp8():
+    """``seed-pp8`` (the preset's old name) still gives the same spec -- in PRESETS, load_model_spec and the CLI --
+    but is not listed as a model of its own."""
+    from pipeline_kit.layout import load_model_spec
+    assert PRESETS["seed-pp8"] is PRESETS["bank-pp8"] and PRESETS.get("seed-pp8") is PRESETS["bank-pp8"]
+    assert "seed-pp8" in PRESETS and load_model_spec("seed-pp8") == load_model_spec("bank-pp8")
+    assert "seed-pp8" not in list(PRESETS) and "seed-pp8" not in dict(PRESETS.items())
+    with pytest.raises(KeyError):
+        PRESETS["seed-pp9"]
+    assert run_cli("layout", "--pp", "8", "--config", "seed-pp8").stdout == \
+        run_cli("layout", "--pp", "8", "--config", "bank-pp8").stdout
+    helps = "".join((run_cli("layout", "--help").stdout + run_cli("speedup", "--help").stdout).split())  # unwrapped
+    assert "bank-pp8" in helps and "seed-pp8" not in helps
 
 def test_boundary_bytes_and_volume():
     spec = ModelSpec(seq_len=2048, micro_batch_size=1, hidden=4096, dtype_bytes=2)
@@ -114,14 +130,14 @@ def test_boundary_bytes_and_volume():
     assert vol["total_per_step"] == 2 * vol["per_direction_per_step"]
 
 
-@pytest.mark.parametrize("preset", ["tiny", "seed-pp8"])
+@pytest.mark.parametrize("preset", ["tiny", "bank-pp8"])
 def test_parameter_counts_equal_torch(preset):
     torch = pytest.importorskip("torch")
     from pipeline_kit.runtime.model import GPTConfig, build_stage
     spec = PRESETS[preset][0]
     cfg = GPTConfig(vocab=spec.vocab, seq_len=spec.seq_len, hidden=spec.hidden, heads=spec.heads,
                     layers=spec.layers, ffn_mult=spec.ffn_mult)
-    layout = even_layout(spec.layers, 8 if preset == "seed-pp8" else 4)
+    layout = even_layout(spec.layers, 8 if preset == "bank-pp8" else 4)
     costs = stage_costs(layout, spec, layout.num_stages)
     with torch.device("meta"):
         for k in (0, 1, layout.num_stages - 1):
@@ -149,8 +165,8 @@ def test_balancer_is_exact(costs, data):
     assert max(sum(costs[a:b]) for a, b in itertools.pairwise(bounds)) == brute_force_min_max(costs, parts)
 
 
-def test_balancer_on_the_seed_case_moves_layers_off_the_loss_stage():
-    spec = PRESETS["seed-pp8"][0]
+def test_balancer_on_the_bank_case_moves_layers_off_the_loss_stage():
+    spec = PRESETS["bank-pp8"][0]
     from pipeline_kit.layout import item_times_from_flops
     result = balance(item_times_from_flops(spec, 100.0), pp=8, microbatches=16)
     assert str(result.even.layout) == "Et*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2L"
@@ -198,7 +214,7 @@ def run_cli(*args):
 
 
 def test_layout_command_prints_the_table():
-    out = run_cli("layout", "--pp", "8", "--config", "seed-pp8").stdout
+    out = run_cli("layout", "--pp", "8", "--config", "bank-pp8").stdout
     assert "layout Et*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2L" in out
     assert "params max/min = 39,144,960 / 14,175,744 = 2.76x" in out
     assert "786,432 bytes per transfer" in out
@@ -209,7 +225,7 @@ def test_layout_command_prints_the_table():
 @pytest.mark.parametrize("args,message", [
     (["layout", "Et*2|t*2|...|tL", "--pp", "8"], "argument LAYOUT: position 10: unknown symbol '.'"),
     (["layout", "Et|t|tL", "--pp", "2"], "the layout has 3 stages, which pp=2 does not divide"),
-    (["layout", "Et|tL", "--pp", "2", "--config", "seed-pp8"],
+    (["layout", "Et|tL", "--pp", "2", "--config", "bank-pp8"],
      "the layout has 2 decoder layers (t) but the model has 16"),
     (["balance", "--config", "nope", "--pp", "2"], "--config 'nope' is neither a preset"),
     (["balance", "--config", "tiny", "--pp", "2", "--trace", "/nonexistent.json"], "argument --trace: --trace"),
@@ -221,7 +237,7 @@ def test_layout_commands_bad_input_one_line(args, message):
 
 
 def test_balance_and_speedup_commands():
-    out = run_cli("balance", "--config", "seed-pp8", "--pp", "8").stdout
+    out = run_cli("balance", "--config", "bank-pp8", "--pp", "8").stdout
     assert "balanced layout: E" in out and "predicted speedup of the step" in out
     out = run_cli("speedup", "--measured", "2.59").stdout
     assert "bubble" in out and "16/23" in out and "2.59x" in out

@@ -52,7 +52,7 @@ def test_zb_h1_is_a_third_of_1f1b_when_f_i_w_are_equal():
     assert (idle_zb, idle_base) == (7, 21)
 
 
-def test_seed_case_pp8_m16():
+def test_bank_case_pp8_m16():
     res = simulate(one_f_one_b(8, 16), fwd=Fr(1), bwd=Fr(2))
     assert res.bubble_fraction == Fr(7, 23)
     assert round(float(res.bubble_fraction), 3) == 0.304

@@ -117,7 +117,7 @@ def cmd_balance(args: argparse.Namespace) -> int:
 
 
 def add_speedup_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE_OR_PRESET", default="seed-pp8", help="model (default seed-pp8)")
+    p.add_argument("--config", metavar="FILE_OR_PRESET", default="bank-pp8", help="model (default bank-pp8)")
     p.add_argument("--layout", help="layout (default: the even split)")
     p.add_argument("--pp", type=RANKS, default=8)
     p.add_argument("--microbatches", type=MICROBATCHES, default=16)

@@ -66,14 +66,32 @@ class ModelSpec:
         return asdict(self)
 
 
-PRESETS: dict[str, tuple[ModelSpec, str]] = {
+class _Presets(dict):
+    """The presets by name.  An old name (:data:`PRESET_ALIASES`) finds the same entry -- ``PRESETS["seed-pp8"]``,
+    ``"seed-pp8" in PRESETS``, ``--config seed-pp8`` still work -- but is not listed: iterating, ``keys()`` and
+    ``items()`` give each preset once, under its name."""
+
+    def __missing__(self, name):
+        if isinstance(name, str) and name in PRESET_ALIASES:
+            return self[PRESET_ALIASES[name]]
+        raise KeyError(name)
+
+    def __contains__(self, name) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and name in PRESET_ALIASES)
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+PRESETS: dict[str, tuple[ModelSpec, str]] = _Presets({
     "tiny": (ModelSpec(), "the runtime's default model (8 layers, hidden 64): what the laptop runs"),
-    "seed-pp8": (ModelSpec(vocab=32000, seq_len=512, hidden=768, heads=12, layers=16, micro_batch_size=1),
-                 ("16 layers, hidden 768, vocab 32000, seq 512, untied: its PP8 even split reproduces the seeds' "
-                  "endpoint imbalance, 39.1M vs 14.2M parameters, max/min 2.76x")),
+    "bank-pp8": (ModelSpec(vocab=32000, seq_len=512, hidden=768, heads=12, layers=16, micro_batch_size=1),
+                 ("16 layers, hidden 768, vocab 32000, seq 512, untied: its PP8 even split reproduces the interview "
+                  "question bank's endpoint imbalance, 39.1M vs 14.2M parameters, max/min 2.76x")),
     "gpt2-medium-ish": (ModelSpec(vocab=50304, seq_len=1024, hidden=1024, heads=16, layers=24, micro_batch_size=1),
                         "24 layers, hidden 1024, vocab 50304, seq 1024"),
-}
+})
+PRESET_ALIASES = {"seed-pp8": "bank-pp8"}  # old name -> preset: accepted everywhere, listed nowhere
 
 
 # A --config file, one line a field (ModelSpec's, in its order); a field left out keeps ModelSpec's default.

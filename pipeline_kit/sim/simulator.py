@@ -83,7 +83,7 @@ class SimResult:
 
     @property
     def bubble_fraction(self) -> float:
-        """Idle time over all ranks' time, ``idle / (pp * makespan)`` -- the seeds' definition."""
+        """Idle time over all ranks' time, ``idle / (pp * makespan)`` -- the interview question bank's definition."""
         if not self.makespan:
             return 0.0
         return sum(self.idle) / (self.schedule.pp * self.makespan)

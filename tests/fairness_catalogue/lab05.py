@@ -235,15 +235,15 @@ WRONG = [
     Wrong("buffer-padding", "varlen", PADDING, {VL}),
     Wrong("buffer-default-dtype", "varlen", NO_DTYPE_BUF, {VL}),
     Wrong("buffer-three-dims", "varlen", THREE_DIMS, {VL}),
-    Wrong("seed-send-fp32", "follow_bytes", "seed_send_bytes = seed.seq_len * seed.micro_batch_size * seed.hidden * 4",
-          {FB}),
-    Wrong("seed-send-elements", "follow_bytes", "seed_send_bytes = seed.seq_len * seed.micro_batch_size * seed.hidden",
-          {FB}),
-    Wrong("seed-send-both-ways", "follow_bytes", "seed_send_bytes = 2 * boundary_bytes(seed.seq_len, "
-          "seed.micro_batch_size, seed.hidden, torch.float16)", {FB}),
-    Wrong("seed-link-activations", "follow_bytes", "seed_link_bytes = 16 * seed_send_bytes", {FD}),
-    Wrong("seed-link-pipeline", "follow_bytes", "seed_link_bytes = 2 * 16 * 7 * seed_send_bytes", {FD}),
-    Wrong("seed-link-pp", "follow_bytes", "seed_link_bytes = 2 * 8 * seed_send_bytes", {FD}),
+    Wrong("bank-send-fp32", "follow_bytes",
+          "bank_send_bytes = bank_model.seq_len * bank_model.micro_batch_size * bank_model.hidden * 4", {FB}),
+    Wrong("bank-send-elements", "follow_bytes",
+          "bank_send_bytes = bank_model.seq_len * bank_model.micro_batch_size * bank_model.hidden", {FB}),
+    Wrong("bank-send-both-ways", "follow_bytes", "bank_send_bytes = 2 * boundary_bytes(bank_model.seq_len, "
+          "bank_model.micro_batch_size, bank_model.hidden, torch.float16)", {FB}),
+    Wrong("bank-link-activations", "follow_bytes", "bank_link_bytes = 16 * bank_send_bytes", {FD}),
+    Wrong("bank-link-pipeline", "follow_bytes", "bank_link_bytes = 2 * 16 * 7 * bank_send_bytes", {FD}),
+    Wrong("bank-link-pp", "follow_bytes", "bank_link_bytes = 2 * 8 * bank_send_bytes", {FD}),
     Wrong("step-per-link", "follow_bytes", PER_LINK, {FBD}),
     Wrong("step-no-chunks", "follow_bytes", NO_CHUNKS, {FBD}),
     Wrong("step-stages", "follow_bytes", STAGES, {FBD}),
@@ -282,7 +282,7 @@ WRONG = [
 ]
 REVEALS = {
     BY: ["8,192"],  # real_send_bytes: 32 * 2 * 32 float32 elements
-    FB: ["786,432"],  # seed_send_bytes
-    FD: ["25,165,824", "25165824"],  # seed_link_bytes
-    FBD: ["176,160,768"],  # step_p2p_bytes(8, 16, seed)
+    FB: ["786,432"],  # bank_send_bytes
+    FD: ["25,165,824", "25165824"],  # bank_link_bytes
+    FBD: ["176,160,768"],  # step_p2p_bytes(8, 16, bank_model)
 }

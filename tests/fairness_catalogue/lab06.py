@@ -332,15 +332,15 @@ WRONG = [
     Wrong("needs_input_grad-always", "inputs", "def needs_input_grad(stage, num_stages):\n    return True\n", {IO}),
     Wrong("param_counts-blocks-only", "imbalance", BLOCKS_ONLY, {P}, points={P: 1.0}),
     Wrong("param_counts-even-split-only", "imbalance", EVEN_ONLY, {P}, points={P: 1.0}),
-    Wrong("imbalance-rounded", "imbalance", "seed_imbalance = 39.1 / 14.2\n", {P}, points={P: 1.0}),
-    Wrong("imbalance-last-over-middle", "imbalance", "seed_imbalance = seed_counts[-1] / seed_counts[1]\n", {P}),
+    Wrong("imbalance-rounded", "imbalance", "bank_imbalance = 39.1 / 14.2\n", {P}, points={P: 1.0}),
+    Wrong("imbalance-last-over-middle", "imbalance", "bank_imbalance = bank_counts[-1] / bank_counts[1]\n", {P}),
     Wrong("cost_table-backward-flops", "costs", BACKWARD_FLOPS, {K}),
     Wrong("cost_table-per-token", "costs", PER_TOKEN, {K}),
     Wrong("cost_table-two-bytes", "costs", TWO_BYTES, {K}),
     Wrong("layout-heavy-ends", "costs", HEAVY_ENDS, {K}),
     Wrong("baseline-one-layer", "follow_stages", "baseline_params = baseline_params // 2\n",
           {"m047_follow_baseline"}, points={"m047_follow_baseline": 0.5}),
-    Wrong("baseline-all-layers", "follow_stages", "baseline_layers = seed_spec.layers\n",
+    Wrong("baseline-all-layers", "follow_stages", "baseline_layers = bank_spec.layers\n",
           {"m047_follow_baseline"}, points={"m047_follow_baseline": 0.5}),
     Wrong("baseline-millions", "follow_stages", "baseline_params = round(baseline_params / 1e6, 2)\n",
           {"m047_follow_baseline"}, points={"m047_follow_baseline": 0.5}),
@@ -388,7 +388,7 @@ WRONG = [
           points={"m048_follow_production": 0.5}),
 ]
 
-# Text that gives a check's answer away (seed-pp8's exact counts, the stage that holds most, the exact ratio):
+# Text that gives a check's answer away (bank-pp8's exact counts, the stage that holds most, the exact ratio):
 # no other check's feedback may contain it.
 REVEALS = {
     "m047_follow_baseline": ["14,175,744", "14175744"],

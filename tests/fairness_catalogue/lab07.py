@@ -323,7 +323,7 @@ SINGLE_FORWARD = "single_device_ms = 16 * sum(plan.stage_fwd)"
 SINGLE_SECONDS = "single_device_ms = 16 * sum(plan.stage_times) / 1e3"
 TRACE_FLOPS = 'trace_check = {**trace_check, "imbalance": rows["stage imbalance"].factor}'
 TRACE_STAGE0 = 'trace_check = {**trace_check, "slowest_stage": 0}'
-TRACE_MEASURED = 'trace_check = {**trace_check, "predicted_ms": seed8["makespan"] * 1e3}'
+TRACE_MEASURED = 'trace_check = {**trace_check, "predicted_ms": bank8["makespan"] * 1e3}'
 RESPLIT_NO_P2P_EVEN = 'resplit = {**resplit, "even": rows["stage imbalance"].speedup}'
 RESPLIT_MEASURED = 'resplit = {**resplit, "balanced": 2.59}'
 RESPLIT_NO_P2P = """
@@ -394,7 +394,7 @@ WRONG += [
     Wrong("idle-drop-least", "follow_up_b", DROP_LEAST, {TIME_IDLE}, points={TIME_IDLE: 1.0}),
     Wrong("grads-not-checked", "follow_up_b", GRAD_NO_CHECK, {CORRECTNESS}),
     Wrong("grads-with-timed-waits", "follow_up_b", GRAD_SYNTHETIC, {CORRECTNESS}),
-    Wrong("grads-seed-model-layers", "follow_up_b", GRAD_LAYERS, {CORRECTNESS}),
+    Wrong("grads-bank-model-layers", "follow_up_b", GRAD_LAYERS, {CORRECTNESS}),
     Wrong("m32-naive-as-modelled", "m32", M32_NAIVE, {MORE_M}, points={MORE_M: 0.5}),
     Wrong("m32-same-gbs", "m32", M32_SAME_GBS, {MORE_M}, points={MORE_M: 0.5}),
     Wrong("m32-naive-is-bound", "m32", M32_NAIVE_BOUND, {MORE_M}, points={MORE_M: 0.5}),
@@ -419,7 +419,7 @@ WRONG += [
 ]
 
 
-_f = lab07.seed_factors()
+_f = lab07.bank_factors()
 _resplit = lab07.expected_resplit()
 REVEALS = {
     # the factors are split_p2p(20, 10)'s answer too: no feedback may print them

@@ -1,7 +1,7 @@
 """M044 (lab 3): derive the bubble, check it against the simulator, and price what it leaves out.
 
 Every expected value is computed here with the kit -- the simulator for step times and bubbles, the
-layout model and ``decompose_speedup`` for the seeds' PP8 case, ``Timeline``/``simulate_from_trace``
+layout model and ``decompose_speedup`` for the question bank's PP8 case, ``Timeline``/``simulate_from_trace``
 for profiles -- so a check can never disagree with the book.  Each check recognises the usual wrong
 formulas (``(pp-1)/M`` for the step share, ``pp`` for ``pp-1``, ``M+pp`` for ``M+pp-1``...) and names
 the term that is off.
@@ -39,7 +39,7 @@ from .common import (
 PP8, M16 = 8, 16
 KERNEL_EFFICIENCY = 0.8  # small GEMMs reach 80% of a big stage's efficiency
 P2P_SLOT = Fraction(1, 10)  # P2P latency in units of one stage forward
-SEED_SPEEDUP, TFLOPS, LATENCY_US, GBPS = 2.59, 100e12, 20e-6, 10e9
+BANK_SPEEDUP, TFLOPS, LATENCY_US, GBPS = 2.59, 100e12, 20e-6, 10e9
 
 
 
@@ -179,13 +179,13 @@ def check_pp8(pp8) -> None:
 
 # -- M044 main: three losses the formula leaves out ------------------------------------------------
 def _relative_flops() -> list[float]:
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
     return [c.fwd_flops / costs[1].fwd_flops for c in costs]
 
 
 def _relative_params() -> list[float]:
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
     return [c.params / costs[1].params for c in costs]
 
@@ -223,7 +223,7 @@ def check_losses(losses, invisible_to_bubble, largest_loss) -> None:
                 why = ("you scaled the stages by parameters; time follows FLOPs, and the embedding is a lookup "
                        "with almost none -- use fwd_flops")
             elif _same(fwd, [fwd[0]] * PP8):
-                why = "every stage costs the same; use the seed-pp8 stages' forward FLOPs relative to a middle stage"
+                why = "every stage costs the same; use the bank-pp8 stages' forward FLOPs relative to a middle stage"
             elif _same(fwd, rel) and not _same(bwd, [2 * x for x in rel]):
                 why = "the forwards are right; each stage's backward is 2x its own forward"
             else:
@@ -335,20 +335,20 @@ def check_measured_bubble(measured_bubble, traces) -> None:
 # -- M044 follow-up: the question bank's 2.59x decomposed ---------------------------------------------------
 @functools.lru_cache(maxsize=1)
 def expected_factors() -> tuple[dict[str, float], float]:
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
     fwd = [c.fwd_flops / TFLOPS for c in costs]
     latency = LATENCY_US + boundary_bytes(spec) / GBPS
-    rows = decompose_speedup(PP8, M16, fwd, [2 * x for x in fwd], latency, SEED_SPEEDUP)
+    rows = decompose_speedup(PP8, M16, fwd, [2 * x for x in fwd], latency, BANK_SPEEDUP)
     return {r.name: r.factor for r in rows if r.name != "ideal"}, latency
 
 
 @functools.lru_cache(maxsize=1)
 def _speedups() -> dict[str, float]:
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
     fwd = [c.fwd_flops / TFLOPS for c in costs]
-    rows = decompose_speedup(PP8, M16, fwd, [2 * x for x in fwd], expected_factors()[1], SEED_SPEEDUP)
+    rows = decompose_speedup(PP8, M16, fwd, [2 * x for x in fwd], expected_factors()[1], BANK_SPEEDUP)
     return {r.name: r.speedup for r in rows}
 
 
@@ -360,9 +360,9 @@ def _factor(factors, name: str) -> float:
 @check
 def check_follow_bubble(measured_efficiency, bound_speedup, factors) -> None:
     eff = expect_number(measured_efficiency, "measured_efficiency")
-    want_eff = SEED_SPEEDUP / PP8
+    want_eff = BANK_SPEEDUP / PP8
     if not expect_rounded(eff, want_eff, "measured_efficiency", min_decimals=3):
-        why = first_match(eff, [(SEED_SPEEDUP / M16, "divide by the 8 GPUs, not by the 16 microbatches"),
+        why = first_match(eff, [(BANK_SPEEDUP / M16, "divide by the 8 GPUs, not by the 16 microbatches"),
                                  (100 * want_eff, "give a fraction, not a percentage")], rel=2e-3) or \
             "parallel efficiency is the speedup over one device divided by the number of devices"
         fail(f"measured_efficiency = {eff:.4g}: {why}")
@@ -385,7 +385,7 @@ def check_follow_bubble(measured_efficiency, bound_speedup, factors) -> None:
 
 @check
 def check_follow_imbalance(param_ratio, factors) -> None:
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     costs = stage_costs(even_layout(spec.layers, PP8), spec, PP8)
     params = [c.params for c in costs]
     flops = [c.fwd_flops for c in costs]
@@ -398,7 +398,7 @@ def check_follow_imbalance(param_ratio, factors) -> None:
             (max(flops) / min(flops), "that is the forward-FLOPs ratio; the question bank quotes parameters"),
             (max(params) / params[-1], ("stage 0 over stage 7: both endpoints are big (embedding, output layer); "
                                         "compare with a middle stage")),
-        ], rel=2e-3) or "max over min of the per-stage parameters of stage_costs(even_layout(16, 8), seed-pp8, 8)"
+        ], rel=2e-3) or "max over min of the per-stage parameters of stage_costs(even_layout(16, 8), bank-pp8, 8)"
         fail(f"param_ratio = {got:.4g}, expected {want:.2f}: {why}")
     exp, _ = expected_factors()
     speed = _speedups()
@@ -416,7 +416,7 @@ def check_follow_imbalance(param_ratio, factors) -> None:
 @check
 def check_follow_p2p(p2p_latency_s, factors) -> None:
     exp, latency = expected_factors()
-    spec = PRESETS["seed-pp8"][0]
+    spec = PRESETS["bank-pp8"][0]
     one = boundary_bytes(spec)
     got = expect_number(p2p_latency_s, "p2p_latency_s")
     if not close(got, latency, rel=1e-4):
@@ -427,7 +427,7 @@ def check_follow_p2p(p2p_latency_s, factors) -> None:
                                            "in a transfer of its own")),
             (LATENCY_US + 8 * one / GBPS, "GB/s are gigabytes, not gigabits: do not multiply the bytes by 8"),
             (latency * 1e6, "give seconds, not microseconds"),
-        ], rel=1e-3) or f"20 us + boundary_bytes(seed-pp8) / 10e9 (one transfer is {one:,} bytes)"
+        ], rel=1e-3) or f"20 us + boundary_bytes(bank-pp8) / 10e9 (one transfer is {one:,} bytes)"
         fail(f"p2p_latency_s = {got:.4g}, expected {latency * 1e6:.1f} us in seconds: {why}")
     for name in ("P2P", "remainder"):
         got = _factor(factors, name)
@@ -435,7 +435,7 @@ def check_follow_p2p(p2p_latency_s, factors) -> None:
             fail(f"factors[{name!r}] = {got:.4g}, expected {exp[name]:.4f}: pass p2p_latency_s and measured=2.59 to "
                  "decompose_speedup and take each row's factor")
     product = math.prod(_factor(factors, k) for k in ("bubble", "stage imbalance", "P2P", "remainder"))
-    if not close(product * PP8, SEED_SPEEDUP, rel=1e-4):
+    if not close(product * PP8, BANK_SPEEDUP, rel=1e-4):
         fail(f"the factors multiply to {product * PP8:.3f}x, not the measured 2.59x")
 
 

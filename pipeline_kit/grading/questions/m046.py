@@ -338,49 +338,50 @@ def check_recv_buffer(fn, cases) -> None:
 
 
 # -- M046 follow-up ------------------------------------------------------------------------------
-def _seed():
-    return PRESETS["seed-pp8"][0]
+def _bank_model():
+    return PRESETS["bank-pp8"][0]
 
 
 @check
-def check_seed_send(value, own=None) -> None:
-    """``own``: the student's ``boundary_bytes``; a value it gives for the seed model is the helper's mistake."""
+def check_bank_send(value, own=None) -> None:
+    """``own``: the student's ``boundary_bytes``; a value it gives for the question bank's model is the helper's
+    mistake."""
     import torch
-    spec = _seed()
+    spec = _bank_model()
     want = boundary_bytes(spec)
-    got = expect_number(value, "seed_send_bytes")
+    got = expect_number(value, "bank_send_bytes")
     if got == want or got == own_value(own, spec.seq_len, spec.micro_batch_size, spec.hidden, torch.float16):
         return
     elems = spec.seq_len * spec.micro_batch_size * spec.hidden
     if got == elems * 4:
-        fail(f"seed_send_bytes is {got:,.0f}: that is fp32; the boundary is fp16 (2 bytes per element)")
+        fail(f"bank_send_bytes is {got:,.0f}: that is fp32; the boundary is fp16 (2 bytes per element)")
     if got == elems:
-        fail(f"seed_send_bytes is {got:,.0f}, the number of elements s*b*h; multiply by 2 bytes (fp16)")
+        fail(f"bank_send_bytes is {got:,.0f}, the number of elements s*b*h; multiply by 2 bytes (fp16)")
     if got == 2 * want:
-        fail(f"seed_send_bytes is {got:,.0f}: that counts both directions; one send is one direction")
-    fail(f"seed_send_bytes is {got:,.0f}, not s*b*h elements of 2 bytes: use s, b, h of PRESETS['seed-pp8'][0]")
+        fail(f"bank_send_bytes is {got:,.0f}: that counts both directions; one send is one direction")
+    fail(f"bank_send_bytes is {got:,.0f}, not s*b*h elements of 2 bytes: use s, b, h of PRESETS['bank-pp8'][0]")
 
 
 @check
-def check_seed_link(value, send=None, pp: int = 8, microbatches: int = 16) -> None:
-    """``send``: the student's ``seed_send_bytes``; a link figure right for it is that answer's mistake."""
-    spec = _seed()
+def check_bank_link(value, send=None, pp: int = 8, microbatches: int = 16) -> None:
+    """``send``: the student's ``bank_send_bytes``; a link figure right for it is that answer's mistake."""
+    spec = _bank_model()
     vol = p2p_volume(even_layout(spec.layers, pp), spec, microbatches)
     sends = {vol["total_per_step"] // vol["boundaries"] // (2 * microbatches)}
     if isinstance(send, (int, float)) and not isinstance(send, bool) and send > 0:
         sends.add(send)
-    got = expect_number(value, "seed_link_bytes")
+    got = expect_number(value, "bank_link_bytes")
     if any(got == 2 * microbatches * one for one in sends):
         return
     if any(got == microbatches * one for one in sends):
-        fail(f"seed_link_bytes is {got:,.0f}: that is only the activations; each microbatch's gradient comes "
+        fail(f"bank_link_bytes is {got:,.0f}: that is only the activations; each microbatch's gradient comes "
              "back over the same link")
     if any(got == 2 * microbatches * (pp - 1) * one for one in sends):
-        fail("seed_link_bytes is what the whole pipeline carries; the question asks for one boundary link")
+        fail("bank_link_bytes is what the whole pipeline carries; the question asks for one boundary link")
     if any(got == 2 * pp * one for one in sends):
-        fail(f"seed_link_bytes is {got:,.0f}: that is 2 x pp sends; a link carries 2 x M transfers, M = "
+        fail(f"bank_link_bytes is {got:,.0f}: that is 2 x pp sends; a link carries 2 x M transfers, M = "
              f"{microbatches} microbatches")
-    fail(f"seed_link_bytes is {got:,.0f}, not 2 x M = {2 * microbatches} transfers of one boundary tensor (one "
+    fail(f"bank_link_bytes is {got:,.0f}, not 2 x M = {2 * microbatches} transfers of one boundary tensor (one "
          "send each)")
 
 
@@ -413,9 +414,9 @@ def check_step_bytes(fn, cases) -> None:
 
 @check
 def check_per_gpu(fn, cases) -> None:
-    spec = _seed()
+    spec = _bank_model()
     for tp, sp, cp in cases:
-        what = f"per_gpu_send_bytes(seed, tp={tp}, sp={sp}, cp={cp})"
+        what = f"per_gpu_send_bytes(bank_model, tp={tp}, sp={sp}, cp={cp})"
         got = expect_number(call(fn, spec, tp, sp, cp, name="per_gpu_send_bytes"), what)
         local = spec.seq_len // cp // (tp if sp else 1)
         want = boundary_bytes(replace(spec, seq_len=local))
@@ -438,11 +439,11 @@ def check_accounting(fn, cases) -> None:
     """Three parts, one per key, each on every case in order; host copies are judged against the student's own
     logical bytes too (a wrong payload costs its own part)."""
     keys = ("logical_bytes", "messages", "host_copy_bytes")
-    spec = _seed()
+    spec = _bank_model()
 
     def run(case):
         pp, m, send_shapes, via_host = case
-        what = f"accounting({pp}, {m}, seed, send_shapes={send_shapes}, via_host={via_host})"
+        what = f"accounting({pp}, {m}, bank_model, send_shapes={send_shapes}, via_host={via_host})"
         got = call(fn, pp, m, spec, send_shapes, via_host, name="accounting")
         expect_keys(got, keys, what)
         return {key: expect_number(got[key], f"{what}[{key!r}]") for key in keys}
@@ -452,7 +453,7 @@ def check_accounting(fn, cases) -> None:
         with parts.part():
             for case in cases:
                 pp, m, send_shapes, via_host = case
-                what = f"accounting({pp}, {m}, seed, send_shapes={send_shapes}, via_host={via_host})[{key!r}]"
+                what = f"accounting({pp}, {m}, bank_model, send_shapes={send_shapes}, via_host={via_host})[{key!r}]"
                 got = results(case)
                 g = got[key]
                 transfers = len(simulate(build_schedule("1f1b", pp, m), fwd=1, bwd=2).transfers)
@@ -546,12 +547,13 @@ def hidden_step_cases(rng) -> list:
 
 
 def hidden_per_gpu_cases(rng) -> list:
-    """(tp, sp, cp) for the seed model: the 512-token sequence splits evenly by cp and, with sp, by tp."""
+    """(tp, sp, cp) for the question bank's model: the 512-token sequence splits evenly by cp and, with sp, by tp."""
     return drawn(rng, 2, lambda r: (r.choice([1, 2, 4, 8]), r.random() < 0.5, r.choice([1, 2, 4, 8])),
                  fixed=[(2, True, 4), (4, False, 2)])
 
 
 def hidden_accounting_cases(rng) -> list:
-    """(pp, M, send_shapes, via_host) for the seed model: pp divides its 16 layers (the kit splits evenly)."""
+    """(pp, M, send_shapes, via_host) for the question bank's model: pp divides its 16 layers (the kit splits
+    evenly)."""
     return drawn(rng, 2, lambda r: (r.choice([2, 4, 8, 16]), r.randint(1, 32), r.random() < 0.5, r.random() < 0.5),
                  fixed=[(2, 3, False, True)])

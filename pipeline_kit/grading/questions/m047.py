@@ -36,8 +36,8 @@ def small_cfg(**kw):
     return GPTConfig(**base)
 
 
-def seed_cfg():
-    """The interview question bank's model, seed-pp8, as the runtime's ``GPTConfig`` (lab 6's ``SEED_CFG``)."""
+def bank_cfg():
+    """The interview question bank's model, bank-pp8, as the runtime's ``GPTConfig`` (lab 6's ``BANK_CFG``)."""
     from ...runtime.model import GPTConfig
     return GPTConfig(vocab=32000, seq_len=512, hidden=768, heads=12, layers=16)
 
@@ -213,22 +213,22 @@ def check_param_counts(fn, cases) -> None:
 
 
 @check
-def check_seed_imbalance(value) -> None:
-    spec = PRESETS["seed-pp8"][0]
+def check_bank_imbalance(value) -> None:
+    spec = PRESETS["bank-pp8"][0]
     params = [c.params for c in stage_costs(even_layout(spec.layers, 8), spec, 8)]
     want = max(params) / min(params)
-    got = expect_number(value, "seed_imbalance")
+    got = expect_number(value, "bank_imbalance")
     if close(got, want, rel=1e-4):
         return
     if close(got, 39.1 / 14.2, rel=1e-4):
-        fail(f"seed_imbalance is {got:.4f}, the ratio of the rounded figures the interview question bank quotes; "
+        fail(f"bank_imbalance is {got:.4f}, the ratio of the rounded figures the interview question bank quotes; "
              "divide the exact per-stage counts (a float, max / min)")
     if close(got, params[-1] / min(params), rel=1e-4):
-        fail(f"seed_imbalance is {got:.4f}, the last stage over a middle one; the largest stage is the one whose "
+        fail(f"bank_imbalance is {got:.4f}, the last stage over a middle one; the largest stage is the one whose "
              "extra modules are larger (compare the embedding's V*h + s*h with the head's V*h + 2h)")
     if close(got, min(params) / max(params), rel=1e-4):
-        fail(f"seed_imbalance is {got:.4f}, min / max; give max / min (a ratio above 1)")
-    fail(f"seed_imbalance is {got:.4f}; it is max/min of the per-stage parameter counts of seed-pp8 on pp=8 "
+        fail(f"bank_imbalance is {got:.4f}, min / max; give max / min (a ratio above 1)")
+    fail(f"bank_imbalance is {got:.4f}; it is max/min of the per-stage parameter counts of bank-pp8 on pp=8 "
          "(a float)")
 
 
@@ -274,15 +274,15 @@ def _cost_column(what, key, g, want, spec, pp) -> None:
 
 
 # -- M047 follow-up ------------------------------------------------------------------------------
-def _seed_costs(pp=8):
-    spec = PRESETS["seed-pp8"][0]
+def _bank_costs(pp=8):
+    spec = PRESETS["bank-pp8"][0]
     return spec, stage_costs(even_layout(spec.layers, pp), spec, pp)
 
 
 @check
 def check_baseline(layers, params) -> None:
     """Two properties, each its own share: the layers of a stage, and a middle stage's parameters."""
-    spec, costs = _seed_costs()
+    spec, costs = _bank_costs()
     middle = costs[1]
     per_stage = len(middle.spec.layers)
     parts = Parts()

@@ -1,7 +1,7 @@
 """M050 (lab 7): Megatron's custom pipeline layout -- its string, where a layer lands, which layouts are
-legal, and what a re-cut of the seed-pp8 model changes.
+legal, and what a re-cut of the bank-pp8 model changes.
 
-Expected values come from ``parse_layout``, the balancer and the simulator on the seed-pp8 model at
+Expected values come from ``parse_layout``, the balancer and the simulator on the bank-pp8 model at
 100 TFLOP/s (:mod:`.synthetic`).
 """
 
@@ -37,14 +37,14 @@ from .common import (
 )
 from .m049 import _counts, expected_move
 from .synthetic import (
-    SEED,
-    SEED_M,
-    SEED_PP,
+    BANK,
+    BANK_M,
+    BANK_PP,
     TIGHT,
     _not_rounded,
-    draw_seed_recut,
-    seed_balance,
-    seed_plan,
+    draw_bank_recut,
+    bank_balance,
+    bank_plan,
 )
 
 # == M050 main ==========================================================================================
@@ -111,24 +111,24 @@ PROFILE_TOLERANCE = 0.03
 
 
 def even_split() -> str:
-    """The even split of the seed-pp8 model on 8 stages (lab 7's ``even``)."""
-    return str(even_layout(SEED.layers, SEED_PP))
+    """The even split of the bank-pp8 model on 8 stages (lab 7's ``even``)."""
+    return str(even_layout(BANK.layers, BANK_PP))
 
 
 def best_split() -> str:
-    """The balancer's best layout of the seed-pp8 model on 8 stages, M = 16 (lab 7's ``best.layout``)."""
-    return str(seed_balance().best.layout)
+    """The balancer's best layout of the bank-pp8 model on 8 stages, M = 16 (lab 7's ``best.layout``)."""
+    return str(bank_balance().best.layout)
 
 
 @check
 def check_profile_layout(text, what: str = "my_layout") -> None:
-    lay = student_layout(text, what, SEED_PP, SEED.layers)
-    plan, best = seed_plan(text), seed_balance().best
+    lay = student_layout(text, what, BANK_PP, BANK.layers)
+    plan, best = bank_plan(text), bank_balance().best
     if plan.slowest_stage <= best.slowest_stage * (1 + PROFILE_TOLERANCE):
         return
     times = plan.stage_times
     slow = times.index(max(times))
-    counts, even = _counts(lay), _counts(even_layout(SEED.layers, SEED_PP))
+    counts, even = _counts(lay), _counts(even_layout(BANK.layers, BANK_PP))
     if counts == even:
         fail(f"{what} is the even split: its slowest stage takes {plan.slowest_stage:.3f} ms (stage {slow}, two "
              f"layers plus the output layer) against {best.slowest_stage:.3f} ms for the best cut")
@@ -192,15 +192,15 @@ METRIC_KEYS = ("step_ms", "idle_fraction", "max_over_min", "peak_act_mib", "p2p_
 
 
 def expected_layout_metrics(text: str) -> dict:
-    lay = parse_layout(text, pp=SEED_PP, layers=SEED.layers)
-    plan = seed_plan(text)
-    act = [c.activation_bytes for c in stage_costs(lay, SEED, SEED_PP)]
-    res = simulate(build_schedule("1f1b", SEED_PP, SEED_M), fwd=plan.stage_fwd, bwd=plan.stage_bwd,
+    lay = parse_layout(text, pp=BANK_PP, layers=BANK.layers)
+    plan = bank_plan(text)
+    act = [c.activation_bytes for c in stage_costs(lay, BANK, BANK_PP)]
+    res = simulate(build_schedule("1f1b", BANK_PP, BANK_M), fwd=plan.stage_fwd, bwd=plan.stage_bwd,
                    activation_bytes=act)
     return {"step_ms": plan.makespan, "idle_fraction": plan.bubble_fraction,
             "max_over_min": max(plan.stage_times) / min(plan.stage_times),
             "peak_act_mib": max(res.peak_activation_bytes) / 2**20,
-            "p2p_mib": p2p_volume(lay, SEED, SEED_M)["total_per_step"] / 2**20}
+            "p2p_mib": p2p_volume(lay, BANK, BANK_M)["total_per_step"] / 2**20}
 
 
 @check
@@ -210,9 +210,9 @@ def check_layout_metrics(layout_metrics, layouts) -> None:
         expect_keys(got, METRIC_KEYS, f"layout_metrics({text!r})")
         want = expected_layout_metrics(text)
         lay = parse_layout(text)
-        costs = stage_costs(lay, SEED, SEED_PP)
-        plan = seed_plan(text)
-        res = simulate(build_schedule("1f1b", SEED_PP, SEED_M), fwd=plan.stage_fwd, bwd=plan.stage_bwd)
+        costs = stage_costs(lay, BANK, BANK_PP)
+        plan = bank_plan(text)
+        res = simulate(build_schedule("1f1b", BANK_PP, BANK_M), fwd=plan.stage_fwd, bwd=plan.stage_bwd)
         parts = Parts()
         for key in METRIC_KEYS:
             with parts.part():
@@ -226,7 +226,7 @@ def check_layout_metrics(layout_metrics, layouts) -> None:
                     if close(value, res.bubble_over_ideal, rel=1e-4):
                         fail(f"{where} is (makespan - ideal) / ideal, the Megatron paper's ratio; the idle fraction is "
                              "idle time over all ranks' time, idle / (pp x makespan) -- SimResult.bubble_fraction")
-                    if close(value, (SEED_PP - 1) / (SEED_M + SEED_PP - 1), rel=1e-4):
+                    if close(value, (BANK_PP - 1) / (BANK_M + BANK_PP - 1), rel=1e-4):
                         fail(f"{where} is the formula (pp-1)/(M+pp-1), which assumes equal stages -- the point here is "
                              "the imbalance idle on top of it: simulate")
                 if key == "max_over_min":
@@ -245,7 +245,7 @@ def check_layout_metrics(layout_metrics, layouts) -> None:
                 if key == "p2p_mib" and close(value, want[key] / 2, rel=1e-4):
                     fail(f"{where} counts one direction; activations go forward and their gradients come back: "
                          "p2p_volume(...)['total_per_step']")
-                fail(f"{where} is not the kit's value (seed-pp8, pp=8, M=16, FLOPs at 100 TFLOP/s, no P2P "
+                fail(f"{where} is not the kit's value (bank-pp8, pp=8, M=16, FLOPs at 100 TFLOP/s, no P2P "
                      "latency)")
         parts.done()
 
@@ -253,9 +253,9 @@ def check_layout_metrics(layout_metrics, layouts) -> None:
 # == M050 follow-up =====================================================================================
 def endpoint_layouts() -> dict[str, str]:
     """The even split and the three endpoint re-cuts: one layer off the last, off the first, off both."""
-    even = even_layout(SEED.layers, SEED_PP)
+    even = even_layout(BANK.layers, BANK_PP)
     text = str(even)
-    last = expected_move(text, SEED_PP - 1, SEED_PP - 2)
+    last = expected_move(text, BANK_PP - 1, BANK_PP - 2)
     first = expected_move(text, 0, 1)
     return {"even": text, "last": last, "first": first, "both": expected_move(last, 0, 1)}
 
@@ -265,7 +265,7 @@ def check_endpoints(endpoint_steps, worth_it) -> None:
     """Two parts: the four step times, and ``worth_it`` (judged against the student's own steps too, so a wrong
     step time costs its part only)."""
     layouts = endpoint_layouts()
-    steps = {k: seed_plan(t).makespan for k, t in layouts.items()}
+    steps = {k: bank_plan(t).makespan for k, t in layouts.items()}
     parts, own = Parts(), {}
     with parts.part():
         expect_keys(endpoint_steps, tuple(layouts), "endpoint_steps")
@@ -275,11 +275,11 @@ def check_endpoints(endpoint_steps, worth_it) -> None:
             got = own[key]
             if close(got, steps[key], rel=TIGHT):
                 continue
-            if close(got, seed_plan(text).slowest_stage, rel=1e-4):
+            if close(got, bank_plan(text).slowest_stage, rel=1e-4):
                 fail(f"endpoint_steps[{key!r}] = {got:.4g} is the slowest stage's F + B; the step time is the "
                      "simulated makespan of all 16 microbatches")
             _not_rounded(got, steps[key], f"endpoint_steps[{key!r}]")
-            fail(f"endpoint_steps[{key!r}] = {got:.4g} ms is not the simulated step of {text} (seed-pp8, M=16, "
+            fail(f"endpoint_steps[{key!r}] = {got:.4g} ms is not the simulated step of {text} (bank-pp8, M=16, "
                  "100 TFLOP/s)")
     with parts.part():
         expect_keys(worth_it, ("first", "last"), "worth_it")
@@ -309,8 +309,8 @@ def check_controls(controls) -> None:
     if "layout" in controls:
         fail("controls holds 'layout', but the layout is the one thing the experiment varies -- leave it out")
     expect_keys(controls, CONTROL_KEYS, "controls")
-    want = {"pp": SEED_PP, "microbatches": SEED_M, "micro_batch_size": SEED.micro_batch_size, "seq_len": SEED.seq_len,
-            "global_batch": SEED_M * SEED.micro_batch_size}
+    want = {"pp": BANK_PP, "microbatches": BANK_M, "micro_batch_size": BANK.micro_batch_size, "seq_len": BANK.seq_len,
+            "global_batch": BANK_M * BANK.micro_batch_size}
     parts = Parts()
     for key in CONTROL_KEYS:
         with parts.part():
@@ -318,19 +318,19 @@ def check_controls(controls) -> None:
             if got == want[key]:
                 continue
             if key == "global_batch":
-                if got == SEED_M * SEED.micro_batch_size * SEED_PP:
+                if got == BANK_M * BANK.micro_batch_size * BANK_PP:
                     fail(f"controls['global_batch'] = {got:g}: pipeline stages do not multiply the batch -- every "
                          "microbatch passes through all 8 stages; with no data parallelism GBS = M x micro-batch size")
                 fail(f"controls['global_batch'] = {got:g}; with no data parallelism GBS = M x micro-batch size = "
                      f"{want[key]}")
             fail(f"controls[{key!r}] = {got:g} is not the baseline's value: hold what the interview question "
-                 "bank's run (the seed-pp8 preset) used")
+                 "bank's run (the bank-pp8 preset) used")
     parts.done()
 
 
 def expected_rank_idle(text: str) -> list[float]:
-    plan = seed_plan(text)
-    res = simulate(build_schedule("1f1b", SEED_PP, SEED_M), fwd=plan.stage_fwd, bwd=plan.stage_bwd)
+    plan = bank_plan(text)
+    res = simulate(build_schedule("1f1b", BANK_PP, BANK_M), fwd=plan.stage_fwd, bwd=plan.stage_bwd)
     return res.idle
 
 
@@ -346,19 +346,19 @@ def check_rank_idle(rank_idle, layouts) -> None:
         for r, (g, w) in enumerate(zip(values, want)):
             if close(g, w, rel=1e-4, abs_=1e-6):
                 continue
-            plan = seed_plan(text)
+            plan = bank_plan(text)
             mk = plan.makespan
             if close(g, mk - w, rel=1e-4):
                 fail(f"rank_idle({text!r})[{r}] = {g:.4g} ms is the rank's busy time; idle is makespan - busy "
                      f"= {w:.4g} ms")
             if close(g, w / mk, rel=1e-4):
                 fail(f"rank_idle({text!r})[{r}] = {g:.4g} is a fraction; report ms")
-            fail(f"rank_idle({text!r})[{r}] = {g:.4g} ms, but the simulation (seed-pp8, M=16) leaves rank {r} idle for "
+            fail(f"rank_idle({text!r})[{r}] = {g:.4g} ms, but the simulation (bank-pp8, M=16) leaves rank {r} idle for "
                  f"{w:.4g} ms")
 
 
 def expected_idle_drop(text: str) -> int:
-    before, after = expected_rank_idle(str(even_layout(SEED.layers, SEED_PP))), expected_rank_idle(text)
+    before, after = expected_rank_idle(str(even_layout(BANK.layers, BANK_PP))), expected_rank_idle(text)
     drops = [b - a for b, a in zip(before, after)]
     return drops.index(max(drops))
 
@@ -367,9 +367,9 @@ def expected_idle_drop(text: str) -> int:
 def check_idle_drop(idle_drop_rank, text) -> None:
     got = expect_int(idle_drop_rank, "idle_drop_rank")
     want = expected_idle_drop(text)
-    before, after = expected_rank_idle(str(even_layout(SEED.layers, SEED_PP))), expected_rank_idle(text)
+    before, after = expected_rank_idle(str(even_layout(BANK.layers, BANK_PP))), expected_rank_idle(text)
     drops = [b - a for b, a in zip(before, after)]
-    if not 0 <= got < SEED_PP or not close(drops[got], drops[want], rel=1e-6):
+    if not 0 <= got < BANK_PP or not close(drops[got], drops[want], rel=1e-6):
         fail(f"idle_drop_rank is {got}, but with {text} rank {want}'s idle falls most ({before[want]:.3f} -> "
              f"{after[want]:.3f} ms); the ranks that waited for the slow last stage gain, the last rank does not")
 
@@ -456,10 +456,10 @@ def hidden_legal_cases(rng) -> list:
 
 
 def hidden_metric_cuts(rng) -> list[str]:
-    """Re-cuts of the seed-pp8 model; the fixed one leaves a single decoder layer on each endpoint stage."""
-    return drawn(rng, 2, draw_seed_recut, fixed=["Et|t*3|t*2|t*2|t*2|t*2|t*3|tL"])
+    """Re-cuts of the bank-pp8 model; the fixed one leaves a single decoder layer on each endpoint stage."""
+    return drawn(rng, 2, draw_bank_recut, fixed=["Et|t*3|t*2|t*2|t*2|t*2|t*3|tL"])
 
 
 def hidden_idle_cuts(rng) -> list[str]:
-    """Re-cuts of the seed-pp8 model; the fixed one leaves stage 0 with the embedding only."""
-    return drawn(rng, 1, draw_seed_recut, fixed=["E|t*3|t*3|t*2|t*2|t*2|t*2|t*2L"])
+    """Re-cuts of the bank-pp8 model; the fixed one leaves stage 0 with the embedding only."""
+    return drawn(rng, 1, draw_bank_recut, fixed=["E|t*3|t*3|t*2|t*2|t*2|t*2|t*2L"])

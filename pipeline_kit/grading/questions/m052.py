@@ -35,7 +35,7 @@ from .common import (
 from ..parts import Parts, plural
 from .m051 import _schedule
 
-SEED = {"pp": 8, "microbatches": 16, "bytes_per_param": 16}
+BANK = {"pp": 8, "microbatches": 16, "bytes_per_param": 16}
 FP32_SPEC = ModelSpec(vocab=1000, seq_len=128, hidden=256, heads=8, layers=4, micro_batch_size=2, dtype_bytes=4)
 
 
@@ -404,9 +404,9 @@ def check_lifetime(lifetime, cases) -> None:
         fail(f"lifetime({schedule!r}, pp={pp}, M={m}, rank={rank}, mb={mb}) = {got:g}, expected {float(want):g}: {why}")
 
 
-def seed_totals(schedule: str) -> tuple[list[float], float]:
-    spec = PRESETS["seed-pp8"][0]
-    pp, m, bpp = SEED["pp"], SEED["microbatches"], SEED["bytes_per_param"]
+def bank_totals(schedule: str) -> tuple[list[float], float]:
+    spec = PRESETS["bank-pp8"][0]
+    pp, m, bpp = BANK["pp"], BANK["microbatches"], BANK["bytes_per_param"]
     costs = stage_costs(even_layout(spec.layers, pp), spec, pp)
     r = simulate(_schedule(pp, m, 1, schedule), activation_bytes=[c.activation_bytes for c in costs])
     totals = [c.params * bpp + a for c, a in zip(costs, r.peak_activation_bytes)]
@@ -416,8 +416,8 @@ def seed_totals(schedule: str) -> tuple[list[float], float]:
 
 def own_totals(memory_terms, schedule: str) -> tuple[list[float], float] | None:
     """Each rank's total and the naive prediction from the student's own ``memory_terms`` (None where it fails)."""
-    spec = PRESETS["seed-pp8"][0]
-    pp, m, bpp = SEED["pp"], SEED["microbatches"], SEED["bytes_per_param"]
+    spec = PRESETS["bank-pp8"][0]
+    pp, m, bpp = BANK["pp"], BANK["microbatches"], BANK["bytes_per_param"]
     terms = _own(memory_terms, spec, pp, m, schedule, bpp)
     try:
         totals = [float(res) + float(n) * float(act) for res, n, act in
@@ -433,7 +433,7 @@ def check_fullest(fullest, fullest_over_naive, memory_terms=None) -> None:
     ``memory_terms`` and that is wrong: its mistake is graded at its own check, once."""
     expect_type(fullest, dict, "fullest (a dict {'1f1b': rank, 'gpipe': rank} of rank indices)")
     expect_keys(fullest, ("1f1b", "gpipe"), "fullest (a dict {'1f1b': rank, 'gpipe': rank} of rank indices)")
-    kit = {name: seed_totals(name) for name in ("1f1b", "gpipe")}
+    kit = {name: bank_totals(name) for name in ("1f1b", "gpipe")}
     mine = {name: own_totals(memory_terms, name) for name in kit} if memory_terms is not None else {}
     mine = {k: t for k, t in mine.items() if t is not None and not _same(t[0], kit[k][0])}
     parts = Parts()

@@ -1,7 +1,7 @@
 """M054 (lab 7): why PP8/M16 gives 2.59x -- the local numbers, the losses as factors, what M = 32 would
 buy, and a trace that checks the model.
 
-Expected values come from ``decompose_speedup`` on the seed-pp8 model (:mod:`.synthetic`); numbers must be
+Expected values come from ``decompose_speedup`` on the bank-pp8 model (:mod:`.synthetic`); numbers must be
 computed, not typed from a printout (:data:`.synthetic.TIGHT`).
 """
 
@@ -32,42 +32,42 @@ from .common import (
 from .m049 import expected_metrics, expected_slowest
 from .m050 import check_profile_layout
 from .synthetic import (
-    SEED,
-    SEED_GBPS,
-    SEED_LAT_US,
-    SEED_M,
-    SEED_MEASURED,
-    SEED_PP,
+    BANK,
+    BANK_GBPS,
+    BANK_LAT_US,
+    BANK_M,
+    BANK_MEASURED,
+    BANK_PP,
     TIGHT,
     _not_rounded,
     make_trace,
-    seed_balance,
-    seed_plan,
+    bank_balance,
+    bank_plan,
 )
 
 
 # == M054 main ==========================================================================================
-def seed_p2p_ms(latency_us: float = SEED_LAT_US, gbps: float = SEED_GBPS) -> float:
+def bank_p2p_ms(latency_us: float = BANK_LAT_US, gbps: float = BANK_GBPS) -> float:
     """One transfer's time (ms) under an assumed latency and bandwidth: latency + boundary bytes / bandwidth."""
-    return latency_us * 1e-3 + boundary_bytes(SEED) / (gbps * 1e9) * 1e3
+    return latency_us * 1e-3 + boundary_bytes(BANK) / (gbps * 1e9) * 1e3
 
 
-def seed_factors(microbatches: int = SEED_M, layout: str | None = None, latency_us: float = SEED_LAT_US,
-                 gbps: float = SEED_GBPS, measured: float | None = SEED_MEASURED) -> dict:
-    """decompose_speedup of seed-pp8 (ms units): name -> Factor."""
-    plan = seed_plan(layout or str(even_layout(SEED.layers, SEED_PP)), microbatches)
-    rows = decompose_speedup(SEED_PP, microbatches, plan.stage_fwd, plan.stage_bwd, seed_p2p_ms(latency_us, gbps),
+def bank_factors(microbatches: int = BANK_M, layout: str | None = None, latency_us: float = BANK_LAT_US,
+                 gbps: float = BANK_GBPS, measured: float | None = BANK_MEASURED) -> dict:
+    """decompose_speedup of bank-pp8 (ms units): name -> Factor."""
+    plan = bank_plan(layout or str(even_layout(BANK.layers, BANK_PP)), microbatches)
+    rows = decompose_speedup(BANK_PP, microbatches, plan.stage_fwd, plan.stage_bwd, bank_p2p_ms(latency_us, gbps),
                              measured)
     return {r.name: r for r in rows}
 
 
 def expected_local() -> dict:
-    costs = stage_costs(even_layout(SEED.layers, SEED_PP), SEED, SEED_PP)
+    costs = stage_costs(even_layout(BANK.layers, BANK_PP), BANK, BANK_PP)
     params = [c.params for c in costs]
-    plan = seed_plan(str(even_layout(SEED.layers, SEED_PP)))
+    plan = bank_plan(str(even_layout(BANK.layers, BANK_PP)))
     times = plan.stage_times
-    f = seed_factors()
-    return {"bubble": 1 - f["bubble"].factor, "bound": f["bubble"].speedup, "efficiency": SEED_MEASURED / SEED_PP,
+    f = bank_factors()
+    return {"bubble": 1 - f["bubble"].factor, "bound": f["bubble"].speedup, "efficiency": BANK_MEASURED / BANK_PP,
             "param_ratio": max(params) / min(params), "slow_over_mean": max(times) / (sum(times) / len(times))}
 
 
@@ -75,7 +75,7 @@ def expected_local() -> dict:
 def check_local(local) -> None:
     want = expected_local()
     expect_keys(local, tuple(want), "local")
-    pp, m = SEED_PP, SEED_M
+    pp, m = BANK_PP, BANK_M
     parts = Parts()
     for key, exp in want.items():
         with parts.part():
@@ -91,7 +91,7 @@ def check_local(local) -> None:
                     fail(f"{where} is a percentage; give a fraction (the value is right otherwise)")
             if key == "bound" and close(got, m / (m + pp - 1), rel=2e-3):
                 fail(f"{where} is the utilisation M/(M+pp-1); the bound on the speedup is pp times it")
-            if key == "efficiency" and close(got, SEED_MEASURED / want["bound"], rel=2e-3):
+            if key == "efficiency" and close(got, BANK_MEASURED / want["bound"], rel=2e-3):
                 fail(f"{where} compares 2.59x with the bubble bound; parallel efficiency is speedup / devices = "
                      f"2.59 / 8")
             if key == "slow_over_mean":
@@ -99,11 +99,11 @@ def check_local(local) -> None:
                     fail(f"{where} is the parameter ratio; time is what counts: the slowest stage's F + B over the "
                          f"mean "
                          "stage's, with stage times from FLOPs (plan_for)")
-                costs = stage_costs(even_layout(SEED.layers, SEED_PP), SEED, SEED_PP)
+                costs = stage_costs(even_layout(BANK.layers, BANK_PP), BANK, BANK_PP)
                 params = [c.params for c in costs]
                 if close(got, max(params) / (sum(params) / len(params)), rel=2e-3):
                     fail(f"{where} uses parameters; use the stage times (F + B from FLOPs)")
-                times = seed_plan(str(even_layout(SEED.layers, SEED_PP))).stage_times
+                times = bank_plan(str(even_layout(BANK.layers, BANK_PP))).stage_times
                 if close(got, max(times) / min(times), rel=2e-3):
                     fail(f"{where} is slowest / fastest; the imbalance factor compares the slowest with the *mean* "
                          f"stage")
@@ -117,7 +117,7 @@ LOSS_NAMES = {"imbalance": "stage imbalance", "p2p": "P2P", "remainder": "remain
 
 @check
 def check_losses(losses) -> None:
-    f = seed_factors()
+    f = bank_factors()
     expect_keys(losses, tuple(LOSS_NAMES), "losses")
     parts = Parts()
     for key, name in LOSS_NAMES.items():
@@ -134,29 +134,29 @@ def check_losses(losses) -> None:
             if close(got, 1 - want, rel=2e-3):
                 fail(f"{where} is the share lost; give the multiplicative factor (speedup left / speedup before)")
             if key == "imbalance":
-                costs = stage_costs(even_layout(SEED.layers, SEED_PP), SEED, SEED_PP)
+                costs = stage_costs(even_layout(BANK.layers, BANK_PP), BANK, BANK_PP)
                 params = [c.params for c in costs]
                 if close(got, min(params) / max(params), rel=2e-3):
                     fail(f"{where} is 1 / 2.76, the parameter ratio: the 2.76x the interview question "
                          "bank blames is not the time imbalance; simulate the real cut against the same work balanced")
             if key == "p2p" and close(got, 1.0):
-                fail(f"{where}: with 20 us + {boundary_bytes(SEED)} bytes / 10 GB/s per transfer the P2P factor is "
+                fail(f"{where}: with 20 us + {boundary_bytes(BANK)} bytes / 10 GB/s per transfer the P2P factor is "
                      f"below 1 "
                      "-- pass p2p_latency (in the same unit as the stage times) to decompose_speedup")
             _not_rounded(got, want, f"losses[{key!r}]")
-            fail(f"{where} is not the factor of decompose_speedup (seed-pp8 even split, 100 TFLOP/s, P2P 20 us + "
+            fail(f"{where} is not the factor of decompose_speedup (bank-pp8 even split, 100 TFLOP/s, P2P 20 us + "
                  f"bytes / "
                  "10 GB/s, measured 2.59)")
     parts.done()
     product = losses["imbalance"] * losses["p2p"] * losses["remainder"]
-    if not close(product * f["bubble"].speedup, SEED_MEASURED, rel=2e-3):
+    if not close(product * f["bubble"].speedup, BANK_MEASURED, rel=2e-3):
         fail(f"the three factors multiply to {product:.4f}; times the bubble bound they must give the measured 2.59x")
 
 
 def expected_m32() -> dict:
-    f16, f32 = seed_factors(), seed_factors(2 * SEED_M, measured=None)
+    f16, f32 = bank_factors(), bank_factors(2 * BANK_M, measured=None)
     return {"bubble_only": f32["bubble"].speedup,
-            "naive": SEED_MEASURED * f32["bubble"].speedup / f16["bubble"].speedup,
+            "naive": BANK_MEASURED * f32["bubble"].speedup / f16["bubble"].speedup,
             "modelled": f32["P2P"].speedup * f16["remainder"].factor,
             "gbs_factor": 2}
 
@@ -165,7 +165,7 @@ def expected_m32() -> dict:
 def check_m32(m32) -> None:
     want = expected_m32()
     expect_keys(m32, tuple(want), "m32")
-    f32 = seed_factors(2 * SEED_M, measured=None)
+    f32 = bank_factors(2 * BANK_M, measured=None)
     parts = Parts()
     for key, exp in want.items():
         with parts.part():
@@ -173,7 +173,7 @@ def check_m32(m32) -> None:
             if close(got, exp, rel=TIGHT):
                 continue
             where = f"m32[{key!r}] = {got:.4g}"
-            if key == "bubble_only" and close(got, 1 - (SEED_PP - 1) / (2 * SEED_M + SEED_PP - 1), rel=2e-3):
+            if key == "bubble_only" and close(got, 1 - (BANK_PP - 1) / (2 * BANK_M + BANK_PP - 1), rel=2e-3):
                 fail(f"{where} is the utilisation M/(M+pp-1) at M=32; as a speedup it is pp times that")
             if key == "naive" and close(got, want["bubble_only"], rel=2e-3):
                 fail(f"{where} is the bubble bound itself; the naive claim scales the *measured* 2.59x by the bubble "
@@ -205,9 +205,9 @@ def check_next(next_experiment) -> None:
     with parts.part():
         m = expect_number(next_experiment["microbatches"], "next_experiment['microbatches']")
         mbs = expect_number(next_experiment["micro_batch_size"], "next_experiment['micro_batch_size']")
-        if (m, mbs) != (SEED_M, SEED.micro_batch_size):
-            fail(f"next_experiment runs M={m:g}, micro-batch size {mbs:g}; the baseline is M={SEED_M}, micro-batch "
-                 f"size {SEED.micro_batch_size}: the re-split must keep both (and so the global batch), or its gain "
+        if (m, mbs) != (BANK_M, BANK.micro_batch_size):
+            fail(f"next_experiment runs M={m:g}, micro-batch size {mbs:g}; the baseline is M={BANK_M}, micro-batch "
+                 f"size {BANK.micro_batch_size}: the re-split must keep both (and so the global batch), or its gain "
                  "is not the layout's")
     with parts.part():
         _next_prediction(next_experiment, text)
@@ -216,9 +216,9 @@ def check_next(next_experiment) -> None:
 
 def _next_prediction(next_experiment, text) -> None:
     try:
-        f = seed_factors(layout=text, measured=None)
-    except Exception:  # noqa: BLE001 -- a layout seed-pp8 cannot run: the layout part says why
-        fail("next_experiment['predicted_speedup'] cannot be checked: its layout does not fit seed-pp8 on 8 stages")
+        f = bank_factors(layout=text, measured=None)
+    except Exception:  # noqa: BLE001 -- a layout bank-pp8 cannot run: the layout part says why
+        fail("next_experiment['predicted_speedup'] cannot be checked: its layout does not fit bank-pp8 on 8 stages")
     want = f["P2P"].speedup
     got = expect_number(next_experiment["predicted_speedup"], "next_experiment['predicted_speedup']")
     if close(got, want, rel=TIGHT):
@@ -226,7 +226,7 @@ def _next_prediction(next_experiment, text) -> None:
     if close(got, f["stage imbalance"].speedup, rel=2e-3):
         fail(f"next_experiment['predicted_speedup'] = {got:.4g} leaves out P2P; use the same 20 us + bytes / 10 GB/s "
              "as the baseline, so the two predictions differ only by the layout")
-    even = seed_factors(measured=None)["P2P"].speedup
+    even = bank_factors(measured=None)["P2P"].speedup
     if close(got, even, rel=2e-3) and not close(even, want, rel=2e-3):
         fail(f"next_experiment['predicted_speedup'] = {got:.4g} is the even split's; decompose your layout's stage "
              "times")
@@ -237,8 +237,8 @@ def _next_prediction(next_experiment, text) -> None:
 
 # == M054 follow-up =====================================================================================
 def expected_single_ms() -> float:
-    plan = seed_plan(str(even_layout(SEED.layers, SEED_PP)))
-    return SEED_M * sum(plan.stage_times)
+    plan = bank_plan(str(even_layout(BANK.layers, BANK_PP)))
+    return BANK_M * sum(plan.stage_times)
 
 
 @check
@@ -247,11 +247,11 @@ def check_single(single_device_ms) -> None:
     want = expected_single_ms()
     if close(got, want, rel=TIGHT):
         return
-    plan = seed_plan(str(even_layout(SEED.layers, SEED_PP)))
+    plan = bank_plan(str(even_layout(BANK.layers, BANK_PP)))
     if close(got, sum(plan.stage_times), rel=1e-4):
-        fail(f"single_device_ms = {got:.4g} is one microbatch; one device runs all {SEED_M} microbatches of the step "
+        fail(f"single_device_ms = {got:.4g} is one microbatch; one device runs all {BANK_M} microbatches of the step "
              "through all 8 stages' layers")
-    if close(got, SEED_M * sum(plan.stage_fwd), rel=1e-4):
+    if close(got, BANK_M * sum(plan.stage_fwd), rel=1e-4):
         fail(f"single_device_ms = {got:.4g} counts only forwards; add the backwards")
     if close(got, want / 1e3, rel=1e-4):
         fail(f"single_device_ms = {got:.4g} is in seconds; report ms (the value is right otherwise)")
@@ -259,13 +259,13 @@ def check_single(single_device_ms) -> None:
     fail(f"single_device_ms = {got:.4g} is not M x the sum of every stage's F + B (ms)")
 
 
-def seed_trace() -> dict:
-    """A PP8/M16 trace of seed-pp8 (even split) with the assumed P2P and 3% jitter per op; the last stage runs
+def bank_trace() -> dict:
+    """A PP8/M16 trace of bank-pp8 (even split) with the assumed P2P and 3% jitter per op; the last stage runs
     15% over its FLOPs (softmax and cross-entropy are memory-bound), which a FLOPs model cannot know."""
-    plan = seed_plan(str(even_layout(SEED.layers, SEED_PP)))
-    over = [1.0] * (SEED_PP - 1) + [1.15]
+    plan = bank_plan(str(even_layout(BANK.layers, BANK_PP)))
+    over = [1.0] * (BANK_PP - 1) + [1.15]
     return make_trace([f * x for f, x in zip(plan.stage_fwd, over)], [b * x for b, x in zip(plan.stage_bwd, over)],
-                      SEED_M, seed_p2p_ms(), jitter=0.03, seed=8, layout=str(plan.layout))
+                      BANK_M, bank_p2p_ms(), jitter=0.03, seed=8, layout=str(plan.layout))
 
 
 def expected_trace_check(trace: dict) -> dict:
@@ -293,7 +293,7 @@ def check_trace_check(trace_check, trace) -> None:
             value = expect_number(trace_check[key], f"trace_check[{key!r}]")
             if close(value, want[key], rel=TIGHT):
                 continue
-            if key == "imbalance" and close(value, seed_factors()["stage imbalance"].factor, rel=1e-4):
+            if key == "imbalance" and close(value, bank_factors()["stage imbalance"].factor, rel=1e-4):
                 fail("trace_check['imbalance'] is the FLOPs model's factor; recompute it from the "
                      "trace's "
                      "p50 service times -- the point is to check the model against the measurement")
@@ -304,16 +304,16 @@ def check_trace_check(trace_check, trace) -> None:
 
 
 def expected_resplit() -> dict:
-    best = str(seed_balance().best.layout)
-    return {"even": seed_factors(measured=None)["P2P"].speedup,
-            "balanced": seed_factors(layout=best, measured=None)["P2P"].speedup}
+    best = str(bank_balance().best.layout)
+    return {"even": bank_factors(measured=None)["P2P"].speedup,
+            "balanced": bank_factors(layout=best, measured=None)["P2P"].speedup}
 
 
 @check
 def check_resplit(resplit) -> None:
     want = expected_resplit()
     expect_keys(resplit, tuple(want), "resplit")
-    best = str(seed_balance().best.layout)
+    best = str(bank_balance().best.layout)
     parts = Parts()
     for key, exp in want.items():
         with parts.part():
@@ -321,12 +321,12 @@ def check_resplit(resplit) -> None:
             if close(got, exp, rel=TIGHT):
                 continue
             layout = None if key == "even" else best
-            f = seed_factors(layout=layout, measured=None)
+            f = bank_factors(layout=layout, measured=None)
             if close(got, f["stage imbalance"].speedup, rel=2e-3):
                 fail(f"resplit[{key!r}] = {got:.4g} leaves out P2P: both layouts pay the same 20 us + bytes / 10 "
                      f"GB/s per "
                      "transfer, so keep it in both")
-            if key == "balanced" and close(got, seed_factors(layout=best)["remainder"].speedup, rel=2e-3):
+            if key == "balanced" and close(got, bank_factors(layout=best)["remainder"].speedup, rel=2e-3):
                 fail(f"resplit['balanced'] = {got:.4g} is the measured 2.59x; the balanced layout has not been "
                      f"measured -- "
                      "predict it")
@@ -347,16 +347,16 @@ def check_split(split_p2p, cases) -> None:
         expect_type(got, (tuple, list), f"split_p2p({lat:g}, {gbps:g})")
         if len(got) != 2:
             fail(f"split_p2p({lat:g}, {gbps:g}) must return (p2p_factor, remainder_factor), got {describe(got)}")
-        f = seed_factors(latency_us=lat, gbps=gbps)
+        f = bank_factors(latency_us=lat, gbps=gbps)
         want = (f["P2P"].factor, f["remainder"].factor)
         p2p, rest = (expect_number(x, f"split_p2p({lat:g}, {gbps:g})") for x in got)
         if close(p2p, want[0], rel=TIGHT) and close(rest, want[1], rel=TIGHT):
             continue
-        wrong_bytes = seed_factors(latency_us=lat, gbps=gbps * 8)  # bits vs bytes
+        wrong_bytes = bank_factors(latency_us=lat, gbps=gbps * 8)  # bits vs bytes
         if close(p2p, wrong_bytes["P2P"].factor, rel=2e-3):
             fail(f"split_p2p({lat:g}, {gbps:g}): the P2P factor {p2p:.4g} treats GB/s as Gbit/s; one transfer is "
-                 f"{boundary_bytes(SEED)} bytes / ({gbps:g} x 1e9 bytes/s)")
-        no_bw = seed_factors(latency_us=lat, gbps=1e12)
+                 f"{boundary_bytes(BANK)} bytes / ({gbps:g} x 1e9 bytes/s)")
+        no_bw = bank_factors(latency_us=lat, gbps=1e12)
         if close(p2p, no_bw["P2P"].factor, rel=2e-3):
             fail(f"split_p2p({lat:g}, {gbps:g}): the P2P factor {p2p:.4g} counts only the latency; add bytes / "
                  "bandwidth per transfer")

@@ -1,4 +1,4 @@
-"""The synthetic world of lab 7 (M049, M050, M054): the lab's machine and model, the seed-pp8 model at
+"""The synthetic world of lab 7 (M049, M050, M054): the lab's machine and model, the bank-pp8 model at
 100 TFLOP/s, and traces in the runtime's format.
 
 Why the lab builds its own traces: a real CPU run is too noisy to grade against, so the traces the
@@ -39,9 +39,9 @@ LAB_LAYOUT = "Et*3|t*3|t*3|t*3L"
 SLOW_RANK, SLOW_FACTOR = 1, 1.5  # rank 1's GPU runs at 2/3 speed: nothing in the layout says so
 LAB_P2P_MS = 0.08
 REAL_TRACE = Path(__file__).resolve().parents[3] / "book" / "data" / "run-1f1b-pp2.json"
-SEED = PRESETS["seed-pp8"][0]
-SEED_PP, SEED_M, SEED_MEASURED = 8, 16, 2.59
-SEED_TFLOPS, SEED_LAT_US, SEED_GBPS = 100.0, 20.0, 10.0
+BANK = PRESETS["bank-pp8"][0]
+BANK_PP, BANK_M, BANK_MEASURED = 8, 16, 2.59
+BANK_TFLOPS, BANK_LAT_US, BANK_GBPS = 100.0, 20.0, 10.0
 
 
 # -- traces --------------------------------------------------------------------------------------------
@@ -184,28 +184,28 @@ def _raw_p50(trace: dict, stage: int, kind: str) -> float:
                              if e["stage"] == stage and e["kind"] == kind)
 
 
-def seed_items():
-    """Per-item times (ms) of the seed-pp8 model from FLOPs at 100 TFLOP/s."""
-    return item_times_from_flops(SEED, SEED_TFLOPS).scaled(1e3)
+def bank_items():
+    """Per-item times (ms) of the bank-pp8 model from FLOPs at 100 TFLOP/s."""
+    return item_times_from_flops(BANK, BANK_TFLOPS).scaled(1e3)
 
 
-def seed_plan(text: str, microbatches: int = SEED_M):
-    return plan_for(parse_layout(text, pp=SEED_PP, layers=SEED.layers), seed_items(), SEED_PP, microbatches)
+def bank_plan(text: str, microbatches: int = BANK_M):
+    return plan_for(parse_layout(text, pp=BANK_PP, layers=BANK.layers), bank_items(), BANK_PP, microbatches)
 
 
-def seed_balance():
-    return balance(seed_items(), SEED_PP, microbatches=SEED_M)
+def bank_balance():
+    return balance(bank_items(), BANK_PP, microbatches=BANK_M)
 
 
 # -- layouts for the hidden cases ----------------------------------------------------------------------
-def draw_seed_recut(r) -> str:
-    """A re-cut of the seed-pp8 model (16 layers on 8 stages): one to four single-layer moves off the even split,
+def draw_bank_recut(r) -> str:
+    """A re-cut of the bank-pp8 model (16 layers on 8 stages): one to four single-layer moves off the even split,
     each to a neighbouring stage, every stage keeping a decoder layer (the stage-time ratio stays finite)."""
-    counts = [SEED.layers // SEED_PP] * SEED_PP
-    while counts == [SEED.layers // SEED_PP] * SEED_PP:
+    counts = [BANK.layers // BANK_PP] * BANK_PP
+    while counts == [BANK.layers // BANK_PP] * BANK_PP:
         for _ in range(r.randint(1, 4)):
-            src = r.randrange(SEED_PP)
-            dst = r.choice([d for d in (src - 1, src + 1) if 0 <= d < SEED_PP])
+            src = r.randrange(BANK_PP)
+            dst = r.choice([d for d in (src - 1, src + 1) if 0 <= d < BANK_PP])
             if counts[src] > 1:
                 counts[src], counts[dst] = counts[src] - 1, counts[dst] + 1
     return counts_text(counts)
