@@ -322,6 +322,9 @@ def add_grade_args(p: argparse.ArgumentParser) -> None:
                    help="folder of canonical notebooks (default: the kit's solutions/)")
     p.add_argument("--json", action="store_true",
                    help='print {"notebook", "lab", "seed", "score", "max_score", "sandbox", "checks": [...]}')
+    p.add_argument("--progress", action="store_true",
+                   help="print 'running cell I/N' on stderr, a line per cell, also with --json or without a terminal "
+                        "(the notebook's grade_me() reads them)")
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
@@ -331,14 +334,17 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from .grading.notebook import GradeError
 
     def progress(i: int, n: int) -> None:
-        print(f"\rrunning cell {i + 1}/{n}", end="", file=sys.stderr, flush=True)
+        if args.progress:
+            print(f"running cell {i + 1}/{n}", file=sys.stderr, flush=True)
+        else:
+            print(f"\rrunning cell {i + 1}/{n}", end="", file=sys.stderr, flush=True)
 
     def warn(line: str) -> None:
-        print(("\n" if show_progress else "") + line, file=sys.stderr, flush=True)
+        print(("\n" if show_progress and not args.progress else "") + line, file=sys.stderr, flush=True)
 
     # Ctrl-C / SIGTERM: main() prints "interrupted" after the grade's finally-blocks have ended the kernel
     # (and everything it started) and removed its folder
-    show_progress = not args.json and sys.stderr.isatty()
+    show_progress = args.progress or (not args.json and sys.stderr.isatty())
     try:
         report = grade(args.notebook, Path(args.solutions) if args.solutions else None, args.timeout,
                        progress=progress if show_progress else None, seed=args.seed, warn=warn,
@@ -347,7 +353,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 -- a bug of the grader's: one line, never a traceback (the kernel is gone)
         raise UsageError(f"cannot grade: the grader failed ({type(exc).__name__}: {exc})") from None
-    if show_progress:
+    if show_progress and not args.progress:
         print(file=sys.stderr)
     print(json.dumps(report.to_dict()) if args.json else report.text())
     return 0

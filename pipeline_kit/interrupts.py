@@ -197,3 +197,18 @@ def write_file_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through :func:`atomic_output`."""
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+def end_process(proc, grace: float = 15.0) -> None:
+    """End a child ``subprocess.Popen``: SIGTERM, which lets it clean up (a grade ends its sandbox and removes its
+    folder), then SIGKILL after ``grace`` seconds; returns once it is gone."""
+    import subprocess
+
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

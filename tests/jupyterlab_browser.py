@@ -23,6 +23,8 @@ from pathlib import Path
 
 from runtime_helpers import free_port
 
+from pipeline_kit.interrupts import end_process
+
 ROOT = Path(__file__).resolve().parent.parent
 # Fresh user settings: no "fetch news?" toast over the notebook, no update check (there is no network),
 # and every cell kept in the page (no windowing), so what a cell shows can be read wherever it is.
@@ -81,12 +83,7 @@ def jupyterlab(root: Path, timeout: float = 90.0):
             time.sleep(0.3)
         yield base, token
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_process(proc)
         log.close()
         shutil.rmtree(state, ignore_errors=True)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_LISTED = 3
 PART_FEEDBACK_LIMIT = 300
@@ -85,10 +85,13 @@ def fail_choices(missed: list[str], picked: list[str], right: int, wrong: int) -
 
 @dataclass
 class CellOutcome:
-    """What a test cell earned: the share of its points (0..1) and the feedback (empty when it all passed)."""
+    """What a test cell earned: the share of its points (0..1) and the feedback (empty when it all passed).
+    ``failures``: each failing part's ``(check, feedback, exception)``, for the notebook's verdict (the grade
+    reads only ``earned`` and ``feedback``)."""
 
     earned: float
     feedback: str = ""
+    failures: list = field(default_factory=list)
 
 
 def check_name(statement: ast.stmt) -> str | None:
@@ -124,6 +127,7 @@ def run_test_cell(source: str, namespace: dict, filename: str = "<test cell>") -
     statements = [(check_name(s), s) for s in tree.body]
     names = list(dict.fromkeys(n for n, _ in statements if n is not None)) or [None]
     lost: dict[str | None, tuple[float, str]] = {}  # part -> (share of the part lost, its feedback)
+    errors: dict[str | None, BaseException] = {}
     broken = None  # a failing import or assignment: every part after it fails with its message
     for name, statement in statements:
         if name in lost:
@@ -131,12 +135,14 @@ def run_test_cell(source: str, namespace: dict, filename: str = "<test cell>") -
         if broken is not None:
             if name is not None:
                 lost[name] = (1.0, broken)
+                errors[name] = errors[None]
             continue
         code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec")
         try:
             exec(code, namespace)  # noqa: S102 -- a statement of a canonical test cell, never the student's
         except (Exception, SystemExit) as exc:  # noqa: BLE001 -- a failed check: its message is the feedback
             share = _lost(exc)
+            errors[name] = exc
             if name is None:
                 broken = _message(exc)
                 if names == [None]:
@@ -146,4 +152,5 @@ def run_test_cell(source: str, namespace: dict, filename: str = "<test cell>") -
     if not lost:
         return CellOutcome(1.0)
     earned = 1.0 - sum(share for share, _ in lost.values()) / len(names)
-    return CellOutcome(max(0.0, earned), listing(list(dict.fromkeys(text for _, text in lost.values()))))
+    failures = [(name, text, errors[name]) for name, (_, text) in lost.items()]
+    return CellOutcome(max(0.0, earned), listing(list(dict.fromkeys(text for _, text in lost.values()))), failures)

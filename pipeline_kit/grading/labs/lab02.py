@@ -5,3 +5,21 @@ test cells (and the book) call them by."""
 
 from ..questions.m042 import *  # noqa: F403
 from ..questions.m043 import check_dependencies, check_earliest_backward, check_f0, check_rank0  # noqa: F401
+
+DRAWING_CHECKS = {"gpipe": ("gpipe_grid", ["m042_main_gpipe_order"]),
+                  "1f1b": ("one_f_one_b_grid", ["m042_main_1f1b_order", "m043_follow_dependencies"])}
+
+
+def drawing_report(grid, schedule: str):
+    """The lab's checks of one drawing, with the lab's points and feedback -- what its check cells give it.
+
+    ``check_timeline`` is the kit's general timeline checker, with its own rubric; this is the lab's
+    (``print(lab02.drawing_report(one_f_one_b_grid, "1f1b").text())``)."""
+    import sys
+
+    from ..tutor import run_checks
+
+    if schedule not in DRAWING_CHECKS:
+        raise ValueError(f"schedule must be one of {', '.join(map(repr, DRAWING_CHECKS))}, got {schedule!r}")
+    name, grade_ids = DRAWING_CHECKS[schedule]
+    return run_checks(grade_ids, {name: grid, "lab02": sys.modules[__name__]}, name)

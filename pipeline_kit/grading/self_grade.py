@@ -1,0 +1,227 @@
+"""A self-grade from inside the notebook: the real, sandboxed grader on the notebook as last saved, its report shown
+as a table grouped by question.
+
+Why a separate process and the saved file: the grade must be the one an instructor's ``python -m pipeline_kit grade``
+would give, and that grader reads the notebook file, never a live kernel (whose state a student's code could have
+changed).  So this runs that command on the saved file and shows its ``--json`` report; it writes nothing and
+changes nothing, and it says which saved version it graded and which cells this kernel ran that the file does not
+hold.  A kernel that Jupyter did not start for a notebook (nbval, nbgrader, nbconvert, the grader's own) does not
+know its file: there it only says how to name one, so a lab run top to bottom never grades itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from html import escape
+from pathlib import Path
+
+from ..interrupts import end_process
+from .notebook import QUESTIONS, GradeError, read_notebook, rubric_part
+from .verdict import headline, points
+
+MAX_ERROR_LINES = 20
+
+
+def saved_notebook(notebook: str | os.PathLike | None, user_ns: dict) -> Path | None:
+    """The file to grade: the one named, else the one Jupyter started this kernel for (JupyterLab and the classic
+    notebook set ``JPY_SESSION_NAME``, VS Code ``__vsc_ipynb_file__``), else None."""
+    named = [notebook, os.environ.get("JPY_SESSION_NAME"), user_ns.get("__vsc_ipynb_file__")]
+    for candidate in named:
+        if isinstance(candidate, (str, os.PathLike)) and str(candidate):
+            path = Path(candidate).expanduser()
+            for option in (path, Path.cwd() / path.name):
+                if option.is_file():
+                    return option.resolve()
+            if candidate is notebook:
+                raise FileNotFoundError(f"grade_me: no notebook at {path} (the argument must be a saved .ipynb)")
+    return None
+
+
+def _norm(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def unsaved_cells(nb: dict, ran: list[str]) -> int:
+    """How many cells this kernel ran whose code the saved file does not hold (edited, new or deleted since)."""
+    saved = {_norm(c.get("source", "")) for c in nb["cells"] if c.get("cell_type") == "code"}
+    return sum(1 for src in ran if src.strip() and _norm(src) not in saved)
+
+
+def describe_version(path: Path) -> str:
+    data = path.read_bytes()
+    when = datetime.datetime.fromtimestamp(path.stat().st_mtime)
+    age = datetime.datetime.now() - when
+    ago = (f"{int(age.total_seconds())} s ago" if age.total_seconds() < 120 else
+           f"{int(age.total_seconds() // 60)} min ago" if age.total_seconds() < 7200 else when.strftime("%Y-%m-%d"))
+    return f"{path.name} as saved at {when:%H:%M:%S} ({ago}; sha256 {hashlib.sha256(data).hexdigest()[:12]})"
+
+
+# -- running the grader ------------------------------------------------------------------------------------------
+
+def run_grader(path: Path, seed: int | None, on_progress) -> tuple[dict | None, list[str]]:
+    """``python -m pipeline_kit grade PATH --json --progress``: (its report, None) or (None, its error lines).
+    Interrupting (the notebook's stop button) ends the grade, which ends its sandbox and removes its folder."""
+    command = [sys.executable, "-m", "pipeline_kit", "grade", str(path), "--json", "--progress"]
+    if seed is not None:
+        command += ["--seed", str(int(seed))]
+    env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}  # (the grader's kernels get none anyway)
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, encoding="utf-8", errors="replace", env=env)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    errors: list[str] = []
+    try:
+        for line in proc.stderr:
+            line = line.rstrip("\n")
+            if line.startswith("running cell "):
+                on_progress(line)
+            elif line.strip():
+                errors = (errors + [line])[-MAX_ERROR_LINES:]
+        proc.wait()
+    except BaseException:  # KeyboardInterrupt above all: the grade must not outlive the request
+        end_process(proc)
+        raise
+    reader.join()
+    if proc.returncode != 0:
+        return None, errors or [f"the grader exited with status {proc.returncode}"]
+    try:
+        return json.loads("".join(out)), errors
+    except ValueError:
+        return None, ["the grader's report could not be read"] + errors
+
+
+# -- the report as a table ---------------------------------------------------------------------------------------
+
+def _group(name: str) -> str:
+    part = rubric_part(name)
+    if part is None:
+        return "other checks"
+    question, kind = part
+    title = "zero-bubble V (beyond the bank)" if question == "zbv" else question.upper()
+    return f"{title} · {'main question' if kind == 'main' else 'follow-up'}"
+
+
+def grouped(report: dict) -> list[tuple[str, list[dict]]]:
+    groups: dict[str, list[dict]] = {}
+    order = {q: i for i, q in enumerate(QUESTIONS)}
+    for check in report["checks"]:
+        groups.setdefault(_group(check["name"]), []).append(check)
+    def rank(item):
+        part = rubric_part(item[1][0]["name"])
+        return (order.get(part[0], 99), part[1] != "main") if part else (100, False)
+    return sorted(groups.items(), key=rank)
+
+
+def _sum(checks: list[dict], key: str) -> float:
+    return round(sum(c[key] for c in checks), 2)
+
+
+class SelfGrade:
+    """The report, shown as an HTML table (text in a terminal); ``hidden(name)`` says whether a check adds hidden
+    cases.  A hidden check shows its points and feedback, never its cases (the grader's feedback names none)."""
+
+    def __init__(self, report: dict, version: str, unsaved: int, hidden):
+        self.report, self.version, self.unsaved, self.hidden = report, version, unsaved, hidden
+
+    def _notes(self) -> list[str]:
+        notes = [f"Graded {self.version} by the sandboxed grader (python -m pipeline_kit grade); changes you have "
+                 f"not saved are not included, so save (Ctrl+S) before you grade."]
+        if self.unsaved:
+            notes.append(f"This kernel ran {self.unsaved} cell{'s' if self.unsaved != 1 else ''} whose code is not "
+                         f"in the saved file (edited, added or deleted since the save): the grade did not see "
+                         f"{'them' if self.unsaved != 1 else 'it'}.")
+        seed = self.report.get("seed")
+        notes.append(f"Hidden cases were drawn with seed {seed}; each self-grade draws new ones, and the same "
+                     f"answers earn the same points under every seed.")
+        if not (self.report.get("sandbox") or {}).get("isolated", True):
+            notes.append(f"The sandbox was OFF ({self.report['sandbox'].get('why')}).")
+        return notes
+
+    def __repr__(self) -> str:
+        r = self.report
+        lines = [f"self-grade: {r['score']:g} / {r['max_score']:g} points"]
+        for title, checks in grouped(r):
+            lines.append(f"{title}: {points(_sum(checks, 'points'), _sum(checks, 'max_points'))}")
+            for c in checks:
+                mark = " (hidden cases too)" if self.hidden(c["name"]) else ""
+                lines.append(f"  {headline(c['name'], c['points'], c['max_points'])}{mark}")
+                if c["points"] < c["max_points"]:
+                    lines.append(f"      {c['feedback']}")
+        return "\n".join(lines + [f"({n})" for n in self._notes()])
+
+    def _repr_html_(self) -> str:
+        r = self.report
+        rows = []
+        for title, checks in grouped(r):
+            subtotal = points(_sum(checks, "points"), _sum(checks, "max_points"))
+            rows.append(f'<tr class="pk-group"><th colspan="3" style="text-align:left">{escape(title)}</th>'
+                        f'<th style="text-align:right;white-space:nowrap">{escape(subtotal)}</th></tr>')
+            for c in checks:
+                ok = c["points"] >= c["max_points"]
+                mark = '<span style="color:#137333">✓</span>' if ok else '<span style="color:#c5221f">✗</span>'
+                hidden = ' <span style="color:#5f6368">(hidden cases too)</span>' if self.hidden(c["name"]) else ""
+                feedback = "passed" if ok else escape(c["feedback"])
+                name = f'<code>{escape(c["name"])}</code>'
+                rows.append(f'<tr class="pk-check"><td>{mark}</td><td style="text-align:left">{name}{hidden}</td>'
+                            f'<td style="text-align:left">{feedback}</td>'
+                            f'<td style="text-align:right;white-space:nowrap">{c["points"]:g} / {c["max_points"]:g}'
+                            f'</td></tr>')
+        notes = "".join(f'<p style="color:#5f6368;margin:2px 0">{escape(n)}</p>' for n in self._notes())
+        return (f'<div class="pk-self-grade"><h4 style="margin:4px 0">Self-grade: {r["score"]:g} / '
+                f'{r["max_score"]:g} points</h4><table>{"".join(rows)}</table>{notes}</div>')
+
+
+def _bundle(text: str, html: str) -> dict:
+    return {"text/plain": text, "text/html": html}
+
+
+NO_FILE = ("grade_me() grades the notebook as last saved, but this kernel does not know which file that is (Jupyter "
+           "did not start it for a notebook: nbval, nbgrader and nbconvert runs end here). Name the file: "
+           "grade_me(\"path/to/this_lab.ipynb\").")
+
+
+def no_file_bundle() -> dict:
+    return _bundle(NO_FILE, f'<p class="pk-self-grade-none" style="color:#5f6368">{escape(NO_FILE)}</p>')
+
+
+def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str]):
+    """The body of :func:`.tutor.grade_me`; returns the shown :class:`SelfGrade`, or None when nothing was graded."""
+    from IPython.display import display
+
+    try:
+        path = saved_notebook(notebook, user_ns)
+    except FileNotFoundError as exc:
+        display(_bundle(str(exc), f"<p>{escape(str(exc))}</p>"), raw=True)
+        return None
+    if path is None:
+        display(no_file_bundle(), raw=True)
+        return None
+    try:
+        nb = read_notebook(path)
+    except GradeError as exc:
+        display(_bundle(str(exc), f"<p>{escape(str(exc))}</p>"), raw=True)
+        return None
+    version = describe_version(path)
+    unsaved = unsaved_cells(nb, ran)
+    start = f"Grading {version} in a sandbox…"
+    handle = display(_bundle(start, f"<p>{escape(start)}</p>"), raw=True, display_id=True)
+
+    def progress(line: str) -> None:
+        text = f"Grading {version} in a sandbox: {line}"
+        handle.update(_bundle(text, f"<p>{escape(text)}</p>"), raw=True)
+
+    report, errors = run_grader(path, seed, progress)
+    if report is None:
+        text = "The grader could not grade the saved notebook:\n" + "\n".join(errors)
+        handle.update(_bundle(text, f"<pre>{escape(text)}</pre>"), raw=True)
+        return None
+    shown = SelfGrade(report, version, unsaved, lambda name: hidden(report.get("lab"), name))
+    handle.update(_bundle(repr(shown), shown._repr_html_()), raw=True)
+    return shown

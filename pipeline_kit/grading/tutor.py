@@ -1,0 +1,211 @@
+"""The notebook as a tutor: under every check cell a ✓ or ✗ line with the rubric point and its points, and the
+whole grade from a cell (:func:`grade_me`).
+
+Why it lives in the student's kernel and still changes no grade: a grade is decided only by the grader's own
+process (:mod:`.engine`), which never reads what this module shows.  What it shows is worked out the way the grader
+works it out -- the cell's statements run one by one by :func:`.parts.run_test_cell`, the parts sharing the cell's
+points -- so the notebook and the grade agree on every visible case.  The lab's first given cell imports this module;
+in an IPython kernel that adds an input transformer which recognises a lab's check cell by its text (the visible
+part of a canonical test cell; hidden tests, where nbgrader or a solution put them back, run too) and runs it
+through :func:`run_check_cell`.  Any other cell runs as it was written.  A failing check cell still raises, so
+nbgrader and nbval still count it as a failed cell; IPython shows the exception's ``_render_traceback_``
+(:mod:`.verdict`) instead of the kit's frames, and ``%tb`` shows them all.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from html import escape
+
+from . import names, parts, self_grade, verdict
+from .notebook import GradeError, cell_kind, nbgrader_meta, read_notebook, source_dir
+from .report import Report
+
+__all__ = ["CheckFailed", "grade_me", "register", "run_check_cell", "run_checks"]
+
+LABS_DIR = source_dir().parent / "labs"
+
+
+@dataclass(frozen=True)
+class CheckCell:
+    lab: str
+    grade_id: str
+    points: float
+    hidden: bool | None  # whether the grade adds hidden cases (None: the canonical notebook is not readable here)
+
+
+def _key(source: str) -> str:
+    return "\n".join(line.rstrip() for line in names.visible_part(source).strip().splitlines())
+
+
+@lru_cache(maxsize=1)
+def check_cells() -> dict[str, CheckCell | None]:
+    """Each lab check cell's visible text -> what it grades (None where two labs' cells read the same).
+
+    From the released labs (``labs/``) and the canonical notebooks (``solutions/``, which also say which cells have
+    hidden cases), whichever this machine has; a notebook that cannot be read adds nothing."""
+    found: dict[str, CheckCell | None] = {}
+    hidden: dict[tuple[str, str], bool] = {}
+    for folder, canonical in ((source_dir(), True), (LABS_DIR, False)):
+        for path in sorted(folder.glob("lab[0-9][0-9]_*.ipynb")) if folder.is_dir() else []:
+            try:
+                nb = read_notebook(path)
+            except GradeError:
+                continue
+            for cell in nb["cells"]:
+                if cell_kind(cell) != "test":
+                    continue
+                meta = nbgrader_meta(cell)
+                gid, source = str(meta.get("grade_id", "")), cell["source"]
+                if canonical:
+                    hidden[(path.stem, gid)] = names.visible_part(source) != source
+                points = meta.get("points", 0)
+                cell_info = CheckCell(path.stem, gid, float(points) if isinstance(points, (int, float)) else 0.0,
+                                      hidden.get((path.stem, gid)))
+                key = _key(source)
+                if key in found and found[key] is not None and found[key].grade_id != gid:
+                    found[key] = None  # the same text grades two things: show nothing rather than a guess
+                elif key not in found:
+                    found[key] = cell_info
+    return found
+
+
+def check_cell_for(source: str) -> CheckCell | None:
+    return check_cells().get(_key(source)) if source.strip() else None
+
+
+# -- the verdicts ------------------------------------------------------------------------------------------------
+
+class Verdict:
+    """A passed check cell's line, as text and as HTML (JupyterLab and the classic notebook show the HTML)."""
+
+    def __init__(self, cell: CheckCell, earned: float, note: str):
+        self.line, self.note = verdict.headline(cell.grade_id, earned, cell.points), note
+
+    def __repr__(self) -> str:
+        return f"{self.line}\n  {self.note}"
+
+    def _repr_html_(self) -> str:
+        return (f'<div class="pk-verdict pk-pass"><b style="color:#137333">{escape(self.line)}</b> '
+                f'<span style="color:#5f6368">· {escape(self.note)}</span></div>')
+
+
+class CheckFailed(AssertionError):
+    """A check cell that did not earn all its points: the cell fails, and IPython shows :meth:`_render_traceback_`."""
+
+    def __init__(self, cell: CheckCell, earned: float, outcome: parts.CellOutcome, note: str):
+        self.title = verdict.headline(cell.grade_id, earned, cell.points)
+        self.messages = [_readable(text, exc) for _, text, exc in outcome.failures] or [outcome.feedback]
+        self.errors = [exc for _, _, exc in outcome.failures]
+        self.note = note
+        super().__init__(f"{self.title}: {outcome.feedback}")
+
+    def _render_traceback_(self) -> list[str]:
+        return verdict.failure_lines(self.title, self.messages, self.errors, f"{self.note} · {verdict.FULL_TRACEBACK}")
+
+
+def _readable(text: str, exc: BaseException) -> str:
+    """A part's feedback; a name the cell needs that is not defined yet says which cell to run."""
+    if type(exc) is NameError and getattr(exc, "name", None):
+        return (f"{exc.name} is not defined yet: run the cell above that sets it (write your answer there in "
+                f"place of `raise NotImplementedError()`)")
+    return text
+
+
+def _note(cell: CheckCell, source: str) -> str:
+    if names.visible_part(source) != source:
+        return "visible and hidden cases"
+    if cell.hidden:
+        return "visible cases; the grade adds hidden ones: grade_me() at the end of the lab runs them all"
+    if cell.hidden is None:
+        return "visible cases; the grade may add hidden ones: grade_me() at the end of the lab runs them all"
+    return "the same cases as the grade"
+
+
+def run_check_cell(grade_id: str, source: str, namespace: dict | None = None) -> None:
+    """Run a lab's check cell in ``namespace`` (the notebook's) as the grader would; show ✓, or raise the ✗.
+
+    The ✓ is displayed, not returned: a cell's value would be an ``execute_result``, which nbgrader reads as a
+    partial-credit score."""
+    cell = check_cell_for(source)
+    if cell is None or cell.grade_id != grade_id:
+        raise ValueError(f"not a check cell of a lab: {grade_id!r}")
+    if namespace is None:
+        namespace = _shell().user_ns
+    outcome = parts.run_test_cell(source, namespace, f"<check {grade_id}>")
+    earned, note = cell.points * outcome.earned, _note(cell, source)
+    if outcome.earned < 1.0:
+        first = outcome.failures[0][2] if outcome.failures else None
+        raise CheckFailed(cell, earned, outcome, note) from first
+    _show(Verdict(cell, earned, note))
+
+
+def _show(obj) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(repr(obj))
+    else:
+        display(obj)
+
+
+def run_checks(grade_ids: list[str], namespace: dict, name: str) -> Report:
+    """The lab's check cells ``grade_ids`` run on ``namespace``: a report in the lab's points (lab 2's drawings)."""
+    by_id = {c.grade_id: (key, c) for key, c in check_cells().items() if c is not None}
+    report = Report(name)
+    for gid in grade_ids:
+        key, cell = by_id[gid]
+        outcome = parts.run_test_cell(key, dict(namespace), f"<check {gid}>")
+        report.add(gid, cell.points, outcome.earned, outcome.feedback or "passed")
+    return report
+
+
+def grade_me(notebook: str | None = None, seed: int | None = None) -> None:
+    """Grade this notebook as last saved, with the real sandboxed grader, and show the report as a table.
+
+    Saves nothing and changes nothing; ``notebook``: the file, where Jupyter did not say which it is; ``seed``: the
+    hidden cases' seed (a fresh one by default).  The report stays in ``pipeline_kit.grading.tutor.last_self_grade``.
+    """
+    global last_self_grade
+    shell = _shell()
+    user_ns = shell.user_ns if shell is not None else {}
+    ran = list(shell.history_manager.input_hist_raw[1:-1]) if shell is not None else []  # not this cell itself
+    hidden = {(c.lab, c.grade_id): bool(c.hidden) for c in check_cells().values() if c is not None}
+    last_self_grade = self_grade.grade_saved(notebook, seed, lambda lab, gid: hidden.get((lab, gid), False),
+                                             user_ns, ran)
+
+
+last_self_grade = None
+
+
+# -- the hook ----------------------------------------------------------------------------------------------------
+
+def _shell():
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+def _transform(lines: list[str]) -> list[str]:
+    source = "".join(lines)
+    cell = check_cell_for(source)
+    if cell is None:
+        return lines
+    call = "__import__('pipeline_kit.grading.tutor', fromlist=['run_check_cell']).run_check_cell"
+    return [f"{call}({cell.grade_id!r}, {source!r})\n"]
+
+
+def register(shell=None) -> bool:
+    """Show verdicts under the labs' check cells in ``shell`` (the running IPython); True when it is on."""
+    shell = shell if shell is not None else (_shell() if "IPython" in sys.modules else None)
+    transformers = getattr(shell, "input_transformers_post", None)
+    if not isinstance(transformers, list):
+        return False
+    if _transform not in transformers:
+        transformers.append(_transform)
+    return True
+
+
+register()

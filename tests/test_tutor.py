@@ -1,0 +1,247 @@
+"""The notebook as a tutor: each lab check cell shows ✓ or ✗ with its rubric point and points, without the kit's
+frames, and still fails as a cell where it fails -- in a real IPython shell, in a real kernel as nbgrader runs one
+(nbclient, then nbgrader's own scoring of the outputs) and under nbval.
+
+The verdicts are the grader's: the same statements run by the same partial-credit runner, so a cell with three
+checks of which one fails shows the points the grade gives it."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytest.importorskip("IPython")
+
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from IPython.utils.capture import capture_output  # noqa: E402
+
+from pipeline_kit.grading import names, parts, self_grade, tutor  # noqa: E402
+from pipeline_kit.grading.notebook import cell_kind, nbgrader_meta  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB2 = ROOT / "labs" / "lab02_timelines.ipynb"
+
+
+def _cells(path: Path) -> dict[str, str]:
+    """grade_id -> source of a lab notebook's cells."""
+    nb = json.loads(path.read_text())
+    return {nbgrader_meta(c).get("grade_id", ""): "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"}
+
+
+def _answer(grade_id: str) -> str:
+    """The model answer cell of lab 2 (what a student who got it right wrote)."""
+    return _cells(ROOT / "solutions" / "lab02_timelines.ipynb")[grade_id]
+
+
+LAB = _cells(LAB2)
+WRONG_1F1B = "one_f_one_b_grid = gpipe_grid  # the GPipe drawing, a typical mix-up"
+
+
+@pytest.fixture
+def shell():
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    assert tutor.register(sh)
+    yield sh
+    sh.reset(new_session=True)
+
+
+def run(sh, source: str):
+    with capture_output() as out:
+        result = sh.run_cell(source, store_history=True)
+    shown = [o.data.get("text/plain", "") for o in out.outputs]
+    return result, re.sub(r"\x1b\[[0-9;]*m", "", out.stdout), shown
+
+
+def test_every_check_cell_of_every_lab_is_recognised():
+    """Every test cell of every lab, as the student sees it, maps to its own grade_id and points."""
+    for path in sorted((ROOT / "labs").glob("lab*.ipynb")):
+        nb = json.loads(path.read_text())
+        for cell in nb["cells"]:
+            if cell_kind({**cell, "source": "".join(cell["source"])}) != "test":
+                continue
+            meta = nbgrader_meta(cell)
+            found = tutor.check_cell_for("".join(cell["source"]))
+            assert found is not None, (path.name, meta["grade_id"])
+            assert (found.lab, found.grade_id, found.points) == (path.stem, meta["grade_id"], meta["points"])
+            assert found.hidden is not None
+    assert tutor.check_cell_for("lab02.check_1f1b_order(something_else)") is None
+    assert tutor.check_cell_for("") is None
+
+
+def test_a_right_answer_shows_a_tick_with_its_points(shell):
+    run(shell, LAB["given_1"])
+    run(shell, _answer("gpipe_grid"))
+    result, stdout, shown = run(shell, LAB["m042_main_gpipe_order"])
+    assert result.success
+    assert shown == ["✓ m042_main_gpipe_order — 1 / 1 point\n  the same cases as the grade"]
+    html = tutor.Verdict(tutor.check_cell_for(LAB["m042_main_gpipe_order"]), 1, "x")._repr_html_()
+    assert "✓ m042_main_gpipe_order — 1 / 1 point" in html
+
+
+def test_a_wrong_answer_shows_a_cross_its_points_and_the_feedback_without_the_kits_frames(shell):
+    run(shell, LAB["given_1"])
+    run(shell, _answer("gpipe_grid"))
+    run(shell, WRONG_1F1B)
+    run(shell, LAB["m042_main_gpipe_order"])
+    result, stdout, shown = run(shell, LAB["m042_main_1f1b_order"])
+    assert not result.success and isinstance(result.error_in_exec, tutor.CheckFailed)
+    assert "✗ m042_main_1f1b_order — 0 / 2 points" in stdout
+    assert "one_f_one_b_grid runs the GPipe order" in stdout
+    assert "Traceback" not in stdout and "pipeline_kit" not in stdout and "File " not in stdout
+    assert "%tb" in stdout
+    # the whole traceback is one command away: the check's own failure is chained to the cell's
+    assert type(sys.last_value).__name__ == "CheckFailed"
+    assert type(sys.last_value.__cause__).__name__ == "LabCheckFailed"
+
+
+def test_an_unanswered_cell_says_which_name_is_missing(shell):
+    run(shell, LAB["given_1"])
+    result, stdout, _ = run(shell, LAB["m042_main_gpipe_order"])
+    assert "✗ m042_main_gpipe_order — 0 / 1 point" in stdout
+    assert "gpipe_grid is not defined yet: run the cell above that sets it" in stdout
+
+
+def test_an_exception_in_the_students_function_keeps_the_students_frames(shell):
+    run(shell, LAB["given_1"] + "\nfrom pipeline_kit.grading.labs import lab02")
+    run(shell, "def rank_idle(pp, microbatches, f, b):\n    slack = (pp - 1) * (f + b)\n    return slack / 0\n")
+    result, stdout, _ = run(shell, LAB["m042_follow_formula"])
+    assert not result.success
+    assert "✗ m042_follow_formula — 0 / 1 point" in stdout
+    assert "raised in your code" in stdout and "ZeroDivisionError" in stdout
+    assert "return slack / 0" in stdout            # the student's line, with IPython's own formatting
+    assert "pipeline_kit/grading" not in stdout    # and not the check's frames that called it
+
+
+def test_partial_points_are_the_graders(shell):
+    """A cell whose checks pass in part shows the share the grader's partial-credit runner gives it."""
+    source = LAB["m042_follow_slow_stage"]
+    run(shell, LAB["given_1"] + "\nfrom pipeline_kit.grading.labs import lab02")
+    run(shell, _answer("follow_up"))
+    run(shell, "slow_idle = [0, 0, 0, 0]")  # the beat right, the idle wrong
+    ns = dict(shell.user_ns)
+    want = parts.run_test_cell(source, ns).earned * tutor.check_cell_for(source).points
+    assert 0 < want < 2
+    result, stdout, _ = run(shell, source)
+    assert not result.success
+    assert f"✗ m042_follow_slow_stage — {round(want, 2):g} / 2 points" in stdout
+
+
+def test_other_cells_run_as_written(shell):
+    result, stdout, shown = run(shell, "x = 41\nx + 1")
+    assert result.success and result.result == 42 and "✓" not in stdout
+
+
+def _lab2_notebook(tmp_path: Path, wrong: bool) -> Path:
+    """Lab 2 up to its first three check cells, answered by a student (right, or with the 1F1B drawing wrong)."""
+    nb = nbformat.read(LAB2, as_version=4)
+    keep = []
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if gid == "gpipe_grid":
+            cell.source = _answer("gpipe_grid")
+        elif gid == "one_f_one_b_grid":
+            cell.source = WRONG_1F1B if wrong else _answer("one_f_one_b_grid")
+        keep.append(cell)
+        if gid == "m043_follow_dependencies":
+            break
+    keep[1].source = "from pipeline_kit.grading import tutor\n" + keep[1].source  # (until the lab's own import)
+    nb.cells = keep
+    path = tmp_path / "lab02_timelines.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("wrong", [False, True], ids=["right", "wrong"])
+def test_nbgrader_still_scores_a_failing_check_cell_zero(tmp_path, wrong):
+    """nbgrader's autograde executes the notebook with nbclient and scores each check cell from its outputs: a
+    failed check must still be an error output there (0 points), a passed one no error (full points)."""
+    from nbclient import NotebookClient
+    from nbgrader.utils import determine_grade
+
+    nb = nbformat.read(_lab2_notebook(tmp_path, wrong), as_version=4)
+    NotebookClient(nb, timeout=120, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    scores = {c.metadata.nbgrader["grade_id"]: determine_grade(c)[0] for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"}
+    assert scores == {"m042_main_gpipe_order": 1, "m042_main_1f1b_order": 0 if wrong else 2,
+                      "m043_follow_dependencies": 2}
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "m042_main_1f1b_order")
+    if wrong:
+        [error] = [o for o in cell.outputs if o.output_type == "error"]
+        assert error.ename == "CheckFailed"
+        assert "✗ m042_main_1f1b_order — 0 / 2 points" in error.traceback[0]
+        assert not any("pipeline_kit" in line for line in error.traceback)
+    else:
+        assert [o.data["text/plain"].splitlines()[0] for o in cell.outputs] == [
+            "✓ m042_main_1f1b_order — 2 / 2 points"]
+
+
+def test_nbval_still_fails_on_a_failing_check_cell(tmp_path):
+    """nbval runs each cell in a real kernel: a failed check is a failed cell, a passed one (run in lax mode, so
+    outputs are not compared) passes."""
+    for wrong, code in ((False, 0), (True, 1)):
+        folder = tmp_path / ("wrong" if wrong else "right")
+        folder.mkdir()
+        path = _lab2_notebook(folder, wrong)
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                              "-o", "addopts=", str(path)], capture_output=True, text=True, cwd=folder, timeout=300)
+        assert out.returncode == code, out.stdout[-3000:]
+        if wrong:
+            assert "m042_main_1f1b_order" in out.stdout and "0 / 2 points" in out.stdout
+
+
+def test_the_visible_part_is_what_the_students_lab_holds():
+    """The index keys on what nbgrader leaves of a test cell; the canonical cells' visible parts give the same."""
+    canonical = _cells(ROOT / "solutions" / "lab02_timelines.ipynb")
+    for gid, source in LAB.items():
+        if gid.startswith(("m04", "zbv")):
+            assert tutor.check_cell_for(names.visible_part(canonical[gid])) == tutor.check_cell_for(source)
+
+
+def test_grade_me_grades_the_saved_file_and_changes_nothing(shell, tmp_path):
+    """``grade_me(path)`` in a shell: the real grader's report on the file as saved, grouped by question; the file
+    and its folder are as they were (the untouched lab scores 0, every check listed with its points)."""
+    path = tmp_path / LAB2.name
+    path.write_bytes(LAB2.read_bytes())
+    before = (path.read_bytes(), path.stat().st_mtime_ns, sorted(tmp_path.iterdir()))
+    run(shell, "from pipeline_kit.grading.tutor import grade_me")
+    run(shell, "x = 1  # a cell the saved file does not hold")
+    result, stdout, shown = run(shell, f"grade_me({str(path)!r})")
+    assert result.success, stdout
+    graded = tutor.last_self_grade
+    assert graded.report["score"] == 0 and graded.report["max_score"] == 20
+    assert len(graded.report["checks"]) == 13
+    text = shown[-1]
+    assert text.startswith("self-grade: 0 / 20 points\nM042 · main question: 0 / 10 points\n")
+    assert "M042 · follow-up: 0 / 5 points" in text and "M043 · follow-up: 0 / 5 points" in text
+    assert "m042_follow_formula — 0 / 1 point (hidden cases too)" in text
+    assert f"Graded {LAB2.name} as saved at" in text
+    assert "This kernel ran 2 cells whose code is not in the saved file" in text
+    html = graded._repr_html_()
+    assert html.count('<tr class="pk-check">') == 13 and html.count('<tr class="pk-group">') == 3
+    assert (path.read_bytes(), path.stat().st_mtime_ns, sorted(tmp_path.iterdir())) == before
+
+
+def test_grade_me_without_a_file_says_how_to_name_one(shell, monkeypatch, tmp_path):
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    run(shell, "from pipeline_kit.grading.tutor import grade_me")
+    result, stdout, shown = run(shell, "grade_me()")
+    assert result.success and tutor.last_self_grade is None
+    assert shown == [self_grade.NO_FILE] and 'grade_me("path/to/this_lab.ipynb")' in shown[0]
+    result, stdout, shown = run(shell, "grade_me('no_such_lab.ipynb')")
+    assert result.success and shown[0].startswith("grade_me: no notebook at no_such_lab.ipynb")
+
+
+def test_the_grade_command_reports_progress_a_line_per_cell(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pipeline_kit", "grade", str(LAB2), "--json", "--progress"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    cells = len(json.loads(LAB2.read_text())["cells"])
+    lines = [line for line in out.stderr.splitlines() if line.startswith("running cell ")]
+    assert lines[0] == f"running cell 2/{cells}" and lines[-1].endswith(f"/{cells}") and len(lines) > 10
+    assert json.loads(out.stdout)["lab"] == "lab02_timelines"

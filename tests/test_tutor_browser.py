@@ -1,0 +1,111 @@
+"""Lab 2 as a student works through it in a real JupyterLab, in headless Chromium: each check cell shows ✓ or ✗
+with its rubric point, its points and the feedback (no traceback through the kit), and the lab's last cell,
+``grade_me()``, runs the sandboxed grader on the saved notebook and shows the report as a table by question.
+
+``PIPELINE_KIT_SCREENSHOTS=DIR`` keeps the screenshots there (to look at them); they go to ``tmp_path`` otherwise.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from headless_chromium import chromium_or_skip
+from jupyterlab_browser import Lab, jupyterlab
+
+pytest.importorskip("jupyterlab")
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "lab02_timelines.ipynb"
+WRONG = {"one_f_one_b_grid": "one_f_one_b_grid = gpipe_grid  # the GPipe drawing again: a typical mix-up"}
+
+
+def _student_notebook(path: Path) -> dict[str, int]:
+    """labs/lab02 with every answer cell written as the model answer, but for a wrong 1F1B drawing; returns
+    grade_id -> cell index."""
+    solution = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
+                for c in nbformat.read(ROOT / "solutions" / NAME, as_version=4).cells}
+    nb = nbformat.read(ROOT / "labs" / NAME, as_version=4)
+    index = {}
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if gid:
+            index[gid] = i
+        if meta.get("solution"):  # what a student writes: the answer, without nbgrader's markers
+            answer = [line for line in solution[gid].splitlines() if "### BEGIN SOLUTION" not in line
+                      and "### END SOLUTION" not in line]
+            cell.source = WRONG.get(gid, "\n".join(answer))
+    nbformat.write(nb, path)
+    return index
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tutor")
+    index = _student_notebook(root / NAME)
+    driver = chromium_or_skip()
+    try:
+        with jupyterlab(root) as (base, token):
+            yield Lab(driver, base, token), index, root
+    finally:
+        driver.quit()
+
+
+def _text(lab: Lab, cell: int) -> str:
+    return "\n".join(o.get_property("textContent") or "" for o in lab.outputs(cell))
+
+
+def _shot(lab: Lab, element, name: str, tmp_path: Path) -> Path:
+    lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    folder = Path(os.environ.get("PIPELINE_KIT_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    lab.driver.save_screenshot(str(path))
+    return path
+
+
+def test_check_cells_show_their_verdicts_and_the_last_cell_the_whole_grade(lab, tmp_path):
+    lab, index, root = lab
+    lab.open(NAME)
+    upto = index["m043_follow_dependencies"]
+    lab.run(list(range(upto + 1)))
+    tick, cross = index["m042_main_gpipe_order"], index["m042_main_1f1b_order"]
+    lab.wait(lambda: "✗" in _text(lab, cross), 60, "the ✗ verdict", cell=cross)
+    shown = _text(lab, cross)
+    assert "✗ m042_main_1f1b_order — 0 / 2 points" in shown
+    assert "one_f_one_b_grid runs the GPipe order" in shown
+    assert "Traceback" not in shown and "pipeline_kit/" not in shown and "LabCheckFailed" not in shown
+    assert "✓ m042_main_gpipe_order — 1 / 1 point" in _text(lab, tick)
+    assert "✓ m043_follow_dependencies — 2 / 2 points" in _text(lab, index["m043_follow_dependencies"])
+    screenshot = _shot(lab, lab.outputs(cross)[0], "tutor-verdicts.png", tmp_path)
+    assert screenshot.stat().st_size > 10_000
+
+    # the whole grade, from the last cell: run on the saved file, shown as a table grouped by question
+    last = index["self_grade"]
+    lab.run([last])
+    table = lab.wait(lambda: lab.driver.find_elements("css selector", ".jp-OutputArea-output .pk-self-grade"), 240,
+                     "the self-grade's table", cell=last)[0]
+    text = table.get_property("textContent")
+    assert "M042 · main question" in text and "M042 · follow-up" in text and "M043 · follow-up" in text
+    assert "one_f_one_b_grid runs the GPipe order" in text
+    assert f"Graded {NAME} as saved at" in text and "not saved are not included" in text
+    _shot(lab, table, "tutor-self-grade.png", tmp_path)
+
+    # the same grade as the instructor's command, check for check, under the seed the table names
+    seed = int(re.search(r"seed (\d+)", text).group(1))
+    out = subprocess.run([sys.executable, "-m", "pipeline_kit", "grade", str(root / NAME), "--json", "--seed",
+                          str(seed)], capture_output=True, text=True, timeout=600, check=True)
+    report = json.loads(out.stdout)
+    assert f"Self-grade: {report['score']:g} / {report['max_score']:g} points" in text
+    assert 0 < report["score"] < report["max_score"]
+    rows = [r.find_elements("css selector", "td") for r in table.find_elements("css selector", "tr.pk-check")]
+    assert {r[1].find_element("css selector", "code").text: r[3].text for r in rows} == {
+        c["name"]: f"{c['points']:g} / {c['max_points']:g}" for c in report["checks"]}
+    assert len(rows) == len(report["checks"])
+    # it wrote nothing: the folder holds the student's notebook only (JupyterLab's own checkpoints aside)
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [NAME]
