@@ -61,7 +61,8 @@ def jupyterlab(root: Path, timeout: float = 90.0):
                JUPYTER_RUNTIME_DIR=str(state / "runtime"), JUPYTER_CONFIG_DIR=str(state / "config"))
     env.pop("MPLBACKEND", None)  # the kernel picks its own backend, as a student's would
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True"]
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+           "--JupyterNotebookApp.expose_app_in_browser=True"]  # (the classic notebook's pages, /notebooks/...)
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # CI containers run as root
         cmd.append("--allow-root")
     log = open(state / "server.log", "wb")

@@ -109,3 +109,39 @@ def test_check_cells_show_their_verdicts_and_the_last_cell_the_whole_grade(lab, 
     assert len(rows) == len(report["checks"])
     # it wrote nothing: the folder holds the student's notebook only (JupyterLab's own checkpoints aside)
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [NAME]
+
+
+# The classic notebook (Notebook 7) at /notebooks/PATH: its page holds one notebook, already open.
+_OPEN_CLASSIC = """
+const done = arguments[arguments.length - 1];
+const wait = ms => new Promise(r => setTimeout(r, ms));
+(async () => {
+  while (!window.jupyterapp || !window.jupyterapp.shell || !window.jupyterapp.shell.currentWidget) await wait(100);
+  const panel = window.jupyterapp.shell.currentWidget;
+  await panel.context.ready; await panel.sessionContext.ready;
+  const until = performance.now() + 90000;
+  while (panel.sessionContext.session?.kernel?.status !== 'idle') {
+    if (performance.now() > until) throw new Error('kernel not idle');
+    await wait(100);
+  }
+  return window.jupyterapp.name;
+})().then(done, e => done('ERROR ' + e));
+"""
+
+
+def test_the_classic_notebook_shows_them_too(lab, tmp_path):
+    lab, index, root = lab
+    (root / "classic").mkdir()
+    _student_notebook(root / "classic" / NAME)
+    lab.driver.get(f"{lab.base}/notebooks/classic/{NAME}?token={lab.token}")
+    assert lab.driver.execute_async_script(_OPEN_CLASSIC) == "Jupyter Notebook"
+    cross, last = index["m042_main_1f1b_order"], index["self_grade"]
+    lab.run(list(range(index["m043_follow_dependencies"] + 1)) + [last])
+    cells = lab.driver.find_elements("css selector", ".jp-Cell")
+    assert "✗ m042_main_1f1b_order — 0 / 2 points" in cells[cross].text
+    assert "Traceback" not in cells[cross].text
+    table = lab.wait(lambda: lab.driver.find_elements("css selector", ".pk-self-grade"), 240,
+                     "the self-grade's table")[0]
+    assert "M042 · main question" in table.text and "0 / 2" in table.text
+    assert f"Graded {NAME} as saved at" in table.text
+    _shot(lab, table, "tutor-classic-self-grade.png", tmp_path)
