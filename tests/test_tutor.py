@@ -235,6 +235,19 @@ def test_grade_me_without_a_file_says_how_to_name_one(shell, monkeypatch, tmp_pa
     assert shown == [self_grade.NO_FILE] and 'grade_me("path/to/this_lab.ipynb")' in shown[0]
     result, stdout, shown = run(shell, "grade_me('no_such_lab.ipynb')")
     assert result.success and shown[0].startswith("grade_me: no notebook at no_such_lab.ipynb")
+    # a path that is named is taken as it is: not a file of the same name elsewhere
+    (tmp_path / LAB2.name).write_bytes(LAB2.read_bytes())
+    result, stdout, shown = run(shell, f"grade_me('elsewhere/{LAB2.name}')")
+    assert result.success and tutor.last_self_grade is None
+    assert shown[0].startswith(f"grade_me: no notebook at elsewhere/{LAB2.name}")
+    # bad arguments: one line each, naming what was expected
+    for call, message in (("grade_me(3)", "grade_me: the notebook must be the path of a saved .ipynb, got int 3"),
+                          (f"grade_me({LAB2.name!r}, seed='x')",
+                           "grade_me: seed must be a whole number >= 0 (or None for a fresh one), got str 'x'"),
+                          (f"grade_me({LAB2.name!r}, seed=-1)",
+                           "grade_me: seed must be a whole number >= 0 (or None for a fresh one), got int -1")):
+        result, stdout, shown = run(shell, call)
+        assert result.success and shown == [message] and tutor.last_self_grade is None
 
 
 def test_the_grade_command_reports_progress_a_line_per_cell(tmp_path):

@@ -34,6 +34,11 @@ def parse(source: str) -> ast.Module | None:
         return None
 
 
+def normalized(source: str) -> str:
+    """A cell's text as two cells are compared: no blank lines around it, no trailing spaces on its lines."""
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
 def visible_part(source: str) -> str:
     """A test cell as the student sees it: without the hidden-tests region (what nbgrader removes)."""
     return HIDDEN.sub("", source)

@@ -22,6 +22,7 @@ from html import escape
 from pathlib import Path
 
 from ..interrupts import end_process
+from .names import normalized
 from .notebook import QUESTIONS, GradeError, read_notebook, rubric_part
 from .verdict import headline, points
 
@@ -29,28 +30,35 @@ MAX_ERROR_LINES = 20
 
 
 def saved_notebook(notebook: str | os.PathLike | None, user_ns: dict) -> Path | None:
-    """The file to grade: the one named, else the one Jupyter started this kernel for (JupyterLab and the classic
-    notebook set ``JPY_SESSION_NAME``, VS Code ``__vsc_ipynb_file__``), else None."""
-    named = [notebook, os.environ.get("JPY_SESSION_NAME"), user_ns.get("__vsc_ipynb_file__")]
-    for candidate in named:
-        if isinstance(candidate, (str, os.PathLike)) and str(candidate):
+    """The file to grade: the one named (exactly that file), else the one Jupyter started this kernel for
+    (JupyterLab and the classic notebook set ``JPY_SESSION_NAME``, VS Code ``__vsc_ipynb_file__``), else None."""
+    if notebook is not None:
+        if not isinstance(notebook, (str, os.PathLike)) or not str(notebook):
+            raise ValueError(f"grade_me: the notebook must be the path of a saved .ipynb, got "
+                             f"{type(notebook).__name__} {notebook!r:.80}")
+        path = Path(notebook).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"grade_me: no notebook at {path} (the argument must be a saved .ipynb)")
+        return path.resolve()
+    for candidate in (os.environ.get("JPY_SESSION_NAME"), user_ns.get("__vsc_ipynb_file__")):
+        if isinstance(candidate, str) and candidate:
             path = Path(candidate).expanduser()
-            for option in (path, Path.cwd() / path.name):
+            for option in (path, Path.cwd() / path.name):  # (a session name may be relative to the server's root)
                 if option.is_file():
                     return option.resolve()
-            if candidate is notebook:
-                raise FileNotFoundError(f"grade_me: no notebook at {path} (the argument must be a saved .ipynb)")
     return None
 
 
-def _norm(source: str) -> str:
-    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+def check_seed(seed) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"grade_me: seed must be a whole number >= 0 (or None for a fresh one), got "
+                         f"{type(seed).__name__} {seed!r:.80}")
 
 
 def unsaved_cells(nb: dict, ran: list[str]) -> int:
     """How many cells this kernel ran whose code the saved file does not hold (edited, new or deleted since)."""
-    saved = {_norm(c.get("source", "")) for c in nb["cells"] if c.get("cell_type") == "code"}
-    return sum(1 for src in ran if src.strip() and _norm(src) not in saved)
+    saved = {normalized(c.get("source", "")) for c in nb["cells"] if c.get("cell_type") == "code"}
+    return sum(1 for src in ran if src.strip() and normalized(src) not in saved)
 
 
 def describe_version(path: Path) -> str:
@@ -69,7 +77,7 @@ def run_grader(path: Path, seed: int | None, on_progress) -> tuple[dict | None, 
     Interrupting (the notebook's stop button) ends the grade, which ends its sandbox and removes its folder."""
     command = [sys.executable, "-m", "pipeline_kit", "grade", str(path), "--json", "--progress"]
     if seed is not None:
-        command += ["--seed", str(int(seed))]
+        command += ["--seed", str(seed)]
     env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}  # (the grader's kernels get none anyway)
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, encoding="utf-8", errors="replace", env=env)
@@ -196,8 +204,9 @@ def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str]):
     from IPython.display import display
 
     try:
+        check_seed(seed)
         path = saved_notebook(notebook, user_ns)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         display(_bundle(str(exc), f"<p>{escape(str(exc))}</p>"), raw=True)
         return None
     if path is None:

@@ -37,7 +37,7 @@ class CheckCell:
 
 
 def _key(source: str) -> str:
-    return "\n".join(line.rstrip() for line in names.visible_part(source).strip().splitlines())
+    return names.normalized(names.visible_part(source))
 
 
 @lru_cache(maxsize=1)
