@@ -8,7 +8,6 @@ the argument and what is allowed, with exit status 2 -- never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 
@@ -20,10 +19,8 @@ from .argtypes import (
     float_list,
     int_at_most,
     non_negative_float,
-    non_negative_int,
     one_line,
     positive_float,
-    timeout_seconds,
 )
 from .inputs import InputError, check_output_path, read_text, same_file, strict_json
 from .interrupts import (
@@ -33,6 +30,7 @@ from .interrupts import (
     standard_output_guarded,
     write_file_atomically,
 )
+from .grading import commands as grade_commands
 from .layout import commands as layout_commands
 from .limits import MAX_DRAW_OPS, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, LimitError, check_at_most
 from .schedules import (
@@ -309,56 +307,6 @@ def cmd_check_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_grade_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("notebook", metavar="NOTEBOOK", help="a lab notebook (.ipynb) with the student's answers")
-    p.add_argument("--timeout", type=timeout_seconds, default=60.0,
-                   help="seconds a cell, or one call of the student's code, may run before it is interrupted "
-                        "(default 60; some cells allow more)")
-    p.add_argument("--total-timeout", type=timeout_seconds, default=1800.0,
-                   help="seconds the whole grade may take; the checks not run by then score 0 (default 1800)")
-    p.add_argument("--seed", type=non_negative_int, default=None,
-                   help="seed of the hidden cases (default: a fresh one, printed in the report); repeats a grade")
-    p.add_argument("--solutions", metavar="DIR", default=None,
-                   help="folder of canonical notebooks (default: the kit's solutions/)")
-    p.add_argument("--json", action="store_true",
-                   help='print {"notebook", "lab", "seed", "score", "max_score", "sandbox", "checks": [...]}')
-    p.add_argument("--progress", action="store_true",
-                   help="print 'running cell I/N' on stderr, a line per cell, also with --json or without a terminal "
-                        "(the notebook's grade_me() reads them)")
-
-
-def cmd_grade(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from .grading.engine import grade
-    from .grading.notebook import GradeError
-
-    def progress(i: int, n: int) -> None:
-        if args.progress:
-            print(f"running cell {i + 1}/{n}", file=sys.stderr, flush=True)
-        else:
-            print(f"\rrunning cell {i + 1}/{n}", end="", file=sys.stderr, flush=True)
-
-    def warn(line: str) -> None:
-        print(("\n" if show_progress and not args.progress else "") + line, file=sys.stderr, flush=True)
-
-    # Ctrl-C / SIGTERM: main() prints "interrupted" after the grade's finally-blocks have ended the kernel
-    # (and everything it started) and removed its folder
-    show_progress = args.progress or (not args.json and sys.stderr.isatty())
-    try:
-        report = grade(args.notebook, Path(args.solutions) if args.solutions else None, args.timeout,
-                       progress=progress if show_progress else None, seed=args.seed, warn=warn,
-                       total_timeout=args.total_timeout)
-    except GradeError as exc:
-        raise UsageError(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 -- a bug of the grader's: one line, never a traceback (the kernel is gone)
-        raise UsageError(f"cannot grade: the grader failed ({type(exc).__name__}: {exc})") from None
-    if show_progress and not args.progress:
-        print(file=sys.stderr)
-    print(json.dumps(report.to_dict()) if args.json else report.text())
-    return 0
-
-
 def add_make_labs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if labs/ is not what solutions/ makes")
     p.add_argument("--solutions", metavar="DIR", default=None, help="the solution notebooks (default: solutions/)")
@@ -422,8 +370,11 @@ COMMANDS: list[Command] = [
     ("draw", "draw a simulated schedule or a real trace: PNG/SVG, Perfetto JSON", add_draw_args, cmd_draw),
     ("check-timeline", "grade a hand-drawn timeline grid: ops, dependencies, order, shortest step",
      add_check_timeline_args, cmd_check_timeline),
-    ("grade", "grade a lab notebook: run it offline against its canonical tests and print the rubric",
-     add_grade_args, cmd_grade),
+    ("grade", "grade lab notebooks (one, a class folder, an nbgrader course): run each offline against its "
+     "canonical tests in a sandbox and print the rubric, or write a gradebook",
+     grade_commands.add_grade_args, grade_commands.cmd_grade),
+    ("gradebook", "gradebooks of a class graded in slices: `gradebook merge DIR... --out DIR`",
+     grade_commands.add_gradebook_args, grade_commands.cmd_gradebook),
     ("make-labs", "write labs/ (student notebooks) from solutions/ with nbgrader's preprocessors",
      add_make_labs_args, cmd_make_labs),
     ("demo", "a short tour: 1F1B and ZB-V orders at PP4/M8, then every family compared at PP8/M16",

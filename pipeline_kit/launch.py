@@ -15,6 +15,11 @@ tests grade the solutions, the untouched labs and typical wrong answers with it 
 replays too, see :func:`pipeline_kit.grading.sandbox.replay_dir`), where the run is not what is being
 tested; nbval runs every job of the solutions, and the checks on them, for real, and one grading test
 runs a grader's own job for real.
+
+Sharing, for a class's batch grade: with ``PIPELINE_KIT_TORCHRUN_SHARE=DIR`` (set by
+:mod:`pipeline_kit.grading.batch` for the grader's processes only), a job recorded in ``DIR`` replays and any
+other runs for real and is recorded there, so a job that does not depend on the student (lab 5's hangs, a fixed
+reference run) runs once per batch.  The students' kernels see ``DIR`` read-only, as a replay folder.
 """
 
 from __future__ import annotations
@@ -32,30 +37,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRACE_S = 10.0  # after SIGTERM, how long torchrun gets to stop its workers before everything is killed
 REPLAY_ENV, RECORD_ENV = "PIPELINE_KIT_TORCHRUN_REPLAY", "PIPELINE_KIT_TORCHRUN_RECORD"
+SHARE_ENV = "PIPELINE_KIT_TORCHRUN_SHARE"
+replayed: list[str] = []  # the jobs this process replayed instead of running (a batch grade's report lists them)
 OUTPUT_OPTIONS = ("--trace", "--json")  # options of pipeline_kit.run that name a file the job writes
 
 
 def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: float = 300,
-             cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+             cwd: str | os.PathLike | None = None, rerun: bool = False) -> subprocess.CompletedProcess:
     """Run ``torchrun --standalone --nproc-per-node NPROC -m MODULE ARGS...`` and return its output.
 
     Never raises on a failed job (look at ``returncode``, ``stdout`` and ``stderr``); raises
     ``subprocess.TimeoutExpired`` only if the whole job outlives ``timeout`` seconds.  On a timeout,
     or when the caller is interrupted (Ctrl-C, a notebook's interrupt), the job is stopped as a
     whole before this returns or raises: torchrun gets SIGTERM and stops its workers, and whatever
-    is left of the job after ``GRACE_S`` seconds is killed -- no worker outlives the call.
+    is left of the job after ``GRACE_S`` seconds is killed -- no worker outlives the call.  ``rerun``: run it
+    even where a recording could replay (a retry of a run whose output was incomplete), recording it again.
     """
     if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
         raise ValueError(f"nproc must be a positive integer, got {nproc!r}")
     args = [str(a) for a in args]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            "-m", module, *args]
-    replay = os.environ.get(REPLAY_ENV)
-    recording = Path(replay) / f"{_key(nproc, module, args)}.json" if replay else None
-    if recording is not None and recording.is_file() and not os.environ.get(RECORD_ENV):
-        replayed = _replay(recording, cmd, args)
-        if replayed is not None:
-            return replayed
+    share = os.environ.get(SHARE_ENV)
+    folder = share or os.environ.get(REPLAY_ENV)
+    recording = Path(folder) / f"{_key(nproc, module, args)}.json" if folder else None
+    record = bool(share or os.environ.get(RECORD_ENV))
+    if recording is not None and recording.is_file() and not os.environ.get(RECORD_ENV) and not rerun:
+        done = _replay(recording, cmd, args)
+        if done is not None:
+            replayed.append(" ".join(["torchrun", str(nproc), *_shown(args)]))
+            return done
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     # its own session: a terminal's Ctrl-C reaches only us, and we stop the job in order; and should this
     # process die without a chance to (SIGKILL), torchrun is sent SIGTERM and stops its workers itself
@@ -70,7 +81,7 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
         stop_job(proc)
         raise
     done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-    if recording is not None and os.environ.get(RECORD_ENV):
+    if recording is not None and record:
         _record(recording, nproc, module, args, done)
     return done
 
@@ -196,9 +207,12 @@ def stale_recordings(folder: str | os.PathLike) -> list[Path]:
 def _record(path: Path, nproc: int, module: str, args: list[str], proc: subprocess.CompletedProcess) -> None:
     files = {opt: Path(p).read_text() for opt, p in _output_files(args).items() if Path(p).is_file()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"nproc": nproc, "module": module, "args": _shown(args), "source": source_digest(),
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")  # whole or not at all: another grade may replay it
+    part.write_text(json.dumps({"nproc": nproc, "module": module, "args": _shown(args), "source": source_digest(),
                                 "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
                                 "files": files}, indent=1) + "\n")
+    os.chmod(part, 0o644)  # the students' kernels read a batch's shared recordings
+    os.replace(part, path)
 
 
 def _replay(path: Path, cmd: list[str], args: list[str]) -> subprocess.CompletedProcess | None:

@@ -30,6 +30,7 @@ MAX_LAYOUT_SYMBOLS = 200_000  # symbols of a layout string once its repeats are 
 MAX_LAYOUT_NESTING = 32  # parentheses inside parentheses in a layout string
 MAX_FILE_BYTES = 32 * 2**20  # any file the kit reads (schedules, timelines, configs, traces), or text given to parsers
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # a notebook handed to grade
+MAX_GRADEBOOK_BYTES = 256 * 2**20  # a class gradebook's grades.json (gradebook merge reads them)
 MAX_JSON_DEPTH = 32  # nesting of arrays and objects in a JSON file
 MAX_NUMBER = 1e15  # magnitude of a time, cost, byte count or factor; positive ones are at least 1 / MAX_NUMBER
 MAX_SLOTS = 1000  # slots one op takes in a hand-drawn timeline (--fwd-slots, --bwd-slots)

@@ -26,6 +26,7 @@ SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswit
 # benchmark or pipeline_kit.limits bounds it).  Every option a --help shows with a value must be here or in
 # OTHER_OPTIONS (test_every_option_with_a_value_is_covered), so a new numeric option is not left out.
 NUMERIC = {
+    "bench_class_grading.py": {"--students": ["0", "-1", "abc", "201"], "--jobs": ["0", "-1", "abc", "65"]},
     "bench_schedules.py": {"--repeat": ["0", "-1", "abc", "2.5", "101"]},
     "gpu_check.py": {"--pp": ["0", "-1", "abc", "2,", "2,2", "2000", "8"],
                      "--timeout": ["0", "-1", "abc", "nan", "inf", "1e7"]},
@@ -35,7 +36,8 @@ NUMERIC = {
                                "--micro-batch-size": ["0", "-1", "abc"],
                                "--microbatches": ["0", "-1", "abc", "1000001"]},
 }
-OTHER_OPTIONS = {"gpu_check.py": {"--schedules", "--json"}, "vs_torch_pipelining.py": {"--schedules"},
+OTHER_OPTIONS = {"gpu_check.py": {"--schedules", "--json"}, "bench_class_grading.py": {"--json"},
+                 "vs_torch_pipelining.py": {"--schedules"},
                  "bench_static_explorer.py": {"--book"}}
 
 

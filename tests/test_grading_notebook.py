@@ -165,7 +165,7 @@ def test_grade_json_contract(tmp_path):
     proc = _cli("grade", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"notebook", "lab", "seed", "score", "max_score", "sandbox", "checks"}
+    assert set(out) == {"notebook", "lab", "seed", "score", "max_score", "questions", "sandbox", "checks"}
     assert out["lab"] == LAB1 and isinstance(out["seed"], int)
     box = out["sandbox"]
     assert set(box) == {"isolated", "mode", "limits"} and box["isolated"] is True
@@ -175,6 +175,16 @@ def test_grade_json_contract(tmp_path):
     failed = [c for c in out["checks"] if c["points"] < c["max_points"]]
     assert [c["name"] for c in failed] == ["m041_main_source"]
     assert "megatron_function is missing 'no-pipelining'" in failed[0]["feedback"]
+    # the per-question subtotals: the checks' points summed by question and part, the bank's order
+    by_question = {}
+    for c in out["checks"]:
+        q, part = c["name"].split("_")[:2]
+        by_question.setdefault(f"{q}_{part}", [0, 0])
+        by_question[f"{q}_{part}"][0] += c["points"]
+        by_question[f"{q}_{part}"][1] += c["max_points"]
+    assert {k: [v["points"], v["max_points"]] for k, v in out["questions"].items()} == by_question
+    assert list(out["questions"])[0] == "m041_main" and out["questions"]["m041_main"]["points"] < \
+        out["questions"]["m041_main"]["max_points"]
 
 
 def test_grade_rejects_what_is_not_a_lab(tmp_path):

@@ -31,6 +31,22 @@ class Report:
     def max_score(self) -> float:
         return round(sum(c.max_points for c in self.checks), 2)
 
+    def questions(self) -> dict[str, dict]:
+        """Per-question subtotals, ``{"m043_main": {"points", "max_points"}, ...}``, in the bank's order (main before
+        follow-up); checks not named after a rubric point (``m0xx_main_...``) are left out."""
+        from .notebook import QUESTIONS, rubric_part
+        sums: dict[tuple[str, str], list[float]] = {}
+        for c in self.checks:
+            part = rubric_part(c.name)
+            if part is not None:
+                total = sums.setdefault(part, [0.0, 0.0])
+                total[0] += c.points
+                total[1] += c.max_points
+        order = {q: i for i, q in enumerate(QUESTIONS)}
+        keys = sorted(sums, key=lambda k: (order.get(k[0], len(order)), k[1] != "main"))
+        return {f"{q}_{kind}": {"points": round(sums[q, kind][0], 2), "max_points": round(sums[q, kind][1], 2)}
+                for q, kind in keys}
+
     def add(self, name: str, max_points: float, ok: bool | float, feedback: str) -> None:
         points = max_points * (float(ok) if not isinstance(ok, bool) else (1.0 if ok else 0.0))
         self.checks.append(Check(name, round(points, 2), max_points, feedback))
@@ -41,7 +57,7 @@ class Report:
             head.update(lab=self.lab, seed=self.seed)
         if self.sandbox is not None:
             head.update(sandbox=self.sandbox)
-        return {**head, "score": self.score, "max_score": self.max_score,
+        return {**head, "score": self.score, "max_score": self.max_score, "questions": self.questions(),
                 "checks": [{"name": c.name, "points": c.points, "max_points": c.max_points, "feedback": c.feedback}
                            for c in self.checks]}
 
@@ -50,6 +66,10 @@ class Report:
         lines = [f"{self.notebook}: {self.score:g} / {self.max_score:g}"]
         for c in self.checks:
             lines.append(f"  {c.name:<{width}}  {c.points:>4g} / {c.max_points:<3g} {c.feedback}")
+        by_question = self.questions()
+        if by_question:
+            lines.append("by question: " + ", ".join(
+                f"{question_label(key)} {q['points']:g} / {q['max_points']:g}" for key, q in by_question.items()))
         if self.lab is not None:
             lines.append(f"lab {self.lab}, hidden cases drawn with seed {self.seed} "
                          f"(--seed {self.seed} repeats this grade)")
@@ -58,3 +78,9 @@ class Report:
             lines.append(f"sandbox: {box.get('mode')} ({box.get('limits')})" if box.get("isolated") else
                          f"sandbox: OFF ({box.get('why')}): the student's code ran unisolated")
         return "\n".join(lines)
+
+
+def question_label(key: str) -> str:
+    """``m043_main`` -> ``M043 main``, ``zbv_follow`` -> ``ZBV follow-up``: a subtotal's name for people."""
+    question, _, kind = key.partition("_")
+    return f"{question.upper()} {'main' if kind == 'main' else 'follow-up'}"

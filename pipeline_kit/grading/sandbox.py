@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..launch import REPLAY_ENV
+from ..launch import REPLAY_ENV, SHARE_ENV
 from . import cgroups
 
 LAUNCHER = Path(__file__).with_name("_sandbox_init.py")
@@ -76,9 +76,10 @@ def replay_dir() -> Path | None:
     does not test those jobs (nbval runs the solutions' jobs for real).  The kernel replays when the grader
     replays (``PIPELINE_KIT_TORCHRUN_REPLAY``: the wrong-answer gradings) or when only the kernel should
     (``PIPELINE_KIT_KERNEL_TORCHRUN_REPLAY``: the full-marks gradings, whose grader runs its own jobs for
-    real).  Only the grader's own environment can turn this on; the kernel sees the folder read-only.
+    real) -- and a class's batch grade shares its grader's recordings (``PIPELINE_KIT_TORCHRUN_SHARE``, see
+    :mod:`.batch`).  Only the grader's own environment can turn this on; the kernel sees the folder read-only.
     """
-    replay = os.environ.get(KERNEL_REPLAY_ENV) or os.environ.get(REPLAY_ENV)
+    replay = os.environ.get(KERNEL_REPLAY_ENV) or os.environ.get(SHARE_ENV) or os.environ.get(REPLAY_ENV)
     return Path(replay).resolve() if replay and Path(replay).is_dir() else None
 
 

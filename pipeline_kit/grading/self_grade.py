@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ..interrupts import end_process
 from .names import normalized
-from .notebook import QUESTIONS, GradeError, read_notebook, rubric_part
-from .verdict import headline, points
+from .notebook import GradeError, read_notebook
+from .rubric_table import table_html, table_text
 
 MAX_ERROR_LINES = 20
 
@@ -105,32 +105,6 @@ def run_grader(path: Path, seed: int | None, on_progress) -> tuple[dict | None, 
         return None, ["the grader's report could not be read"] + errors
 
 
-# -- the report as a table ---------------------------------------------------------------------------------------
-
-def _group(name: str) -> str:
-    part = rubric_part(name)
-    if part is None:
-        return "other checks"
-    question, kind = part
-    title = "zero-bubble V (beyond the bank)" if question == "zbv" else question.upper()
-    return f"{title} · {'main question' if kind == 'main' else 'follow-up'}"
-
-
-def grouped(report: dict) -> list[tuple[str, list[dict]]]:
-    groups: dict[str, list[dict]] = {}
-    order = {q: i for i, q in enumerate(QUESTIONS)}
-    for check in report["checks"]:
-        groups.setdefault(_group(check["name"]), []).append(check)
-    def rank(item):
-        part = rubric_part(item[1][0]["name"])
-        return (order.get(part[0], 99), part[1] != "main") if part else (100, False)
-    return sorted(groups.items(), key=rank)
-
-
-def _sum(checks: list[dict], key: str) -> float:
-    return round(sum(c[key] for c in checks), 2)
-
-
 class SelfGrade:
     """The report, shown as an HTML table (text in a terminal); ``hidden(name)`` says whether a check adds hidden
     cases.  A hidden check shows its points and feedback, never its cases (the grader's feedback names none)."""
@@ -154,36 +128,14 @@ class SelfGrade:
 
     def __repr__(self) -> str:
         r = self.report
-        lines = [f"self-grade: {r['score']:g} / {r['max_score']:g} points"]
-        for title, checks in grouped(r):
-            lines.append(f"{title}: {points(_sum(checks, 'points'), _sum(checks, 'max_points'))}")
-            for c in checks:
-                mark = " (hidden cases too)" if self.hidden(c["name"]) else ""
-                lines.append(f"  {headline(c['name'], c['points'], c['max_points'])}{mark}")
-                if c["points"] < c["max_points"]:
-                    lines.append(f"      {c['feedback']}")
+        lines = [f"self-grade: {r['score']:g} / {r['max_score']:g} points", *table_text(r, self.hidden)]
         return "\n".join(lines + [f"({n})" for n in self._notes()])
 
     def _repr_html_(self) -> str:
         r = self.report
-        rows = []
-        for title, checks in grouped(r):
-            subtotal = points(_sum(checks, "points"), _sum(checks, "max_points"))
-            rows.append(f'<tr class="pk-group"><th colspan="3" style="text-align:left">{escape(title)}</th>'
-                        f'<th style="text-align:right;white-space:nowrap">{escape(subtotal)}</th></tr>')
-            for c in checks:
-                ok = c["points"] >= c["max_points"]
-                mark = '<span style="color:#137333">✓</span>' if ok else '<span style="color:#c5221f">✗</span>'
-                hidden = ' <span style="color:#5f6368">(hidden cases too)</span>' if self.hidden(c["name"]) else ""
-                feedback = "passed" if ok else escape(c["feedback"])
-                name = f'<code>{escape(c["name"])}</code>'
-                rows.append(f'<tr class="pk-check"><td>{mark}</td><td style="text-align:left">{name}{hidden}</td>'
-                            f'<td style="text-align:left">{feedback}</td>'
-                            f'<td style="text-align:right;white-space:nowrap">{c["points"]:g} / {c["max_points"]:g}'
-                            f'</td></tr>')
         notes = "".join(f'<p style="color:#5f6368;margin:2px 0">{escape(n)}</p>' for n in self._notes())
         return (f'<div class="pk-self-grade"><h4 style="margin:4px 0">Self-grade: {r["score"]:g} / '
-                f'{r["max_score"]:g} points</h4><table>{"".join(rows)}</table>{notes}</div>')
+                f'{r["max_score"]:g} points</h4>{table_html(r, self.hidden)}{notes}</div>')
 
 
 def _bundle(text: str, html: str) -> dict:

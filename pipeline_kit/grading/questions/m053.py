@@ -121,8 +121,8 @@ def _real_hang(fault: str, args: tuple, attempts: int) -> str:
     from ...launch import torchrun
     pp = 4
     text = ""
-    for _ in range(attempts):
-        run = torchrun(pp, *args, "--inject", fault, timeout=120)
+    for attempt in range(attempts):  # (a retry runs again: a shared recording of the incomplete run would replay)
+        run = torchrun(pp, *args, "--inject", fault, timeout=120, rerun=attempt > 0)
         glued = re.sub(r"(?<=.)(?=\[rank \d+\] )", "\n", run.stderr)  # ranks share one pipe: split glued lines
         text = "\n".join(ln for ln in glued.splitlines() if ln.strip() and "INJECTED FAULT" not in ln)
         if len(timeout_lines(text)) == pp:

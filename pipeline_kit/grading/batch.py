@@ -1,0 +1,321 @@
+"""Grade a class: many notebooks, a few at a time, each in its own ``grade`` process and sandbox.
+
+Why processes and not threads: a grade holds one kernel session in module state (:mod:`.remote`), so two grades
+in one process would share it; a process per notebook also keeps one student's crash, timeout or memory from
+touching another's grade, and its report is the same JSON a single ``grade --json`` prints -- the scores equal
+single-notebook grades with the same seeds by construction.
+
+Work that does not depend on the student runs once per batch: the grader's processes share one folder of
+``torchrun`` recordings (:data:`pipeline_kit.launch.SHARE_ENV`), which each lab's fixed jobs are first recorded
+into (:data:`FIXED_RUNS`, the jobs its given cells and hidden tests start with fixed arguments); the kernels
+replay them read-only.  Only the grader's processes write that folder, and never while the sandbox is off (where
+a student's code could write it too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..interrupts import end_process
+from ..launch import SHARE_ENV, replayed
+from . import sandbox
+from .classlist import Submission
+
+MAX_JOBS = 64
+OVERDUE_S = 120  # how long past its own --total-timeout a grade process may run before the batch ends it
+ERROR_LINES = 5
+
+
+@dataclass
+class Row:
+    """A graded (or refused) notebook: the gradebook's row and the report behind it."""
+
+    student: str
+    lab: str
+    notebook: str
+    seed: int | None
+    seconds: float = 0.0
+    report: dict | None = None
+    error: str = ""
+    assignment: str | None = None
+    notebook_id: str | None = None
+
+    @property
+    def score(self) -> float:
+        return self.report["score"] if self.report else 0.0
+
+    @property
+    def max_score(self) -> float | None:
+        return self.report["max_score"] if self.report else None
+
+    def to_dict(self) -> dict:
+        out = {"student": self.student, "lab": self.lab, "notebook": self.notebook, "score": self.score,
+               "max_score": self.max_score, "seed": self.seed, "seconds": round(self.seconds, 1),
+               "error": self.error}
+        if self.assignment is not None:
+            out.update(assignment=self.assignment, notebook_id=self.notebook_id)
+        if self.report:
+            out.update(questions=self.report.get("questions", {}), checks=self.report["checks"],
+                       sandbox=self.report.get("sandbox"), shared_runs=self.report.get("shared_runs", []))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Row:
+        report = None
+        if "checks" in d:
+            report = {k: d.get(k) for k in ("score", "max_score", "questions", "checks", "sandbox", "shared_runs")}
+        return cls(d["student"], d["lab"], d["notebook"], d.get("seed"), d.get("seconds", 0.0), report,
+                   d.get("error", ""), d.get("assignment"), d.get("notebook_id"))
+
+
+@dataclass
+class Options:
+    timeout: float
+    total_timeout: float
+    solutions: str | None
+    jobs: int
+
+
+# -- the fixed jobs of each lab ----------------------------------------------------------------------------------
+
+def _lab05() -> None:
+    from ..launch import torchrun
+    from .labs import lab05
+    for fault in ("skip-send:rank=1,mb=3", "skip-send:rank=2,mb=5"):  # the given cell's hang, the hidden test's
+        lab05.real_hang(fault)
+    torchrun(4, *lab05.RUN, "--inject", "crash:rank=2,mb=1", timeout=120)  # the given cell's crash
+
+
+def _lab06() -> None:
+    from .labs import lab06
+    lab06.grader_run(None)  # the reference run the grader compares a layout's run with
+
+
+def _lab03() -> None:
+    from .labs import lab03
+    lab03.real_trace()
+
+
+def _lab08() -> None:
+    from .labs import lab08
+    lab08.real_summary()
+
+
+FIXED_RUNS = {"lab03_bubble": ("lab 3's traced 2-rank run", _lab03),
+              "lab05_p2p": ("lab 5's real hangs and crash (the given cells' and the hidden hang diagnosis)", _lab05),
+              "lab06_stages": ("lab 6's reference torchrun --check-grads run", _lab06),
+              "lab08_interleaved": ("lab 8's 2-rank run summary", _lab08)}
+
+
+def warm(lab: str) -> None:
+    """Record ``lab``'s fixed jobs into the shared folder (run as ``python -m pipeline_kit.grading.batch LAB``)."""
+    FIXED_RUNS[lab][1]()
+
+
+class Batch:
+    """The scheduler: shared runs first, then the notebooks in the given order, ``jobs`` at a time."""
+
+    def __init__(self, subs: list[Submission], options: Options, stream=sys.stderr):
+        self.subs, self.options, self.stream = subs, options, stream
+        self.rows: list[Row | None] = [None] * len(subs)
+        self.lock = threading.Lock()
+        self.running: dict[object, str] = {}  # notebook index (or "warm LAB") -> what it is doing
+        self.done = 0
+        self.started = time.monotonic()
+        self.tty = stream.isatty()
+        self.shared: dict[str, dict] = {}  # lab -> {"what", "seconds", "error"}
+        self.procs: set[subprocess.Popen] = set()
+        self.stopping = False
+        off = sandbox.wanted(True)
+        self.share_off = off  # why nothing is shared ("" when sharing is on)
+
+    # -- output ----------------------------------------------------------------------------------------------
+
+    def say(self, line: str) -> None:
+        with self.lock:
+            self._clear()
+            print(line, file=self.stream, flush=True)
+            self._bar()
+
+    def _clear(self) -> None:
+        if self.tty:
+            print("\r\033[K", end="", file=self.stream)
+
+    def _bar(self) -> None:
+        if not self.tty:
+            return
+        total = len(self.subs)
+        width = 24
+        filled = int(width * self.done / total) if total else width
+        now = ", ".join(list(self.running.values())[:3]) or "starting"
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{total}  {self.eta()}  grading {now}"[:160],
+              end="", file=self.stream, flush=True)
+
+    def eta(self) -> str:
+        if not self.done:
+            return "ETA --"
+        spent = time.monotonic() - self.started
+        left = spent / self.done * (len(self.subs) - self.done)
+        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
+
+    # -- running ---------------------------------------------------------------------------------------------
+
+    def run(self) -> list[Row]:
+        labs = sorted({s.lab for s in self.subs if s.lab in FIXED_RUNS and s.problem is None})
+        with tempfile.TemporaryDirectory(prefix="pipeline-kit-class-") as tmp:
+            folder = Path(tmp) / "shared-runs"
+            folder.mkdir(mode=0o755)
+            os.chmod(tmp, 0o755)  # (the kernels' read-only view of the shared runs passes through it)
+            env = dict(os.environ)
+            if not self.share_off:
+                env[SHARE_ENV] = str(folder)
+            with ThreadPoolExecutor(max_workers=self.options.jobs) as pool:
+                warming = {lab: pool.submit(self.warm, lab, env) for lab in labs} if not self.share_off else {}
+                # the labs whose shared runs are being made go last, so no worker waits for them while others
+                # could be graded
+                order = sorted(range(len(self.subs)), key=lambda i: (self.subs[i].lab in warming, i))
+                futures = [pool.submit(self.grade_one, i, env, warming.get(self.subs[i].lab)) for i in order]
+                try:
+                    for f in futures:
+                        f.result()
+                except BaseException:
+                    self.stop()
+                    raise
+        with self.lock:
+            self._clear()
+        return [r for r in self.rows if r is not None]
+
+    def stop(self) -> None:
+        self.stopping = True
+        for proc in list(self.procs):
+            end_process(proc)
+
+    def _spawn(self, command: list[str], env: dict) -> subprocess.Popen:
+        if self.stopping:
+            raise KeyboardInterrupt
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, encoding="utf-8", errors="replace", env=env)
+        self.procs.add(proc)
+        return proc
+
+    def warm(self, lab: str, env: dict) -> None:
+        what = FIXED_RUNS[lab][0]
+        start = time.monotonic()
+        with self.lock:
+            self.running[f"warm {lab}"] = f"shared runs of {lab}"
+        proc = self._spawn([sys.executable, "-m", "pipeline_kit.grading.batch", lab], env)
+        try:
+            _, err = proc.communicate(timeout=600)
+            error = "" if proc.returncode == 0 else _last_lines(err, proc.returncode)
+        except subprocess.TimeoutExpired:
+            end_process(proc)
+            error = "did not finish in 600 s"
+        finally:
+            self.procs.discard(proc)
+        seconds = time.monotonic() - start
+        with self.lock:
+            self.shared[lab] = {"what": what, "seconds": round(seconds, 1), "error": error}
+            self.running.pop(f"warm {lab}", None)
+        self.say(f"shared runs of {lab}: {what}: " + (f"made once in {seconds:.0f} s" if not error else
+                                                      f"not shared ({error}); each grade runs its own"))
+
+    def grade_one(self, i: int, env: dict, warming) -> None:
+        sub = self.subs[i]
+        row = Row(sub.student, sub.key[1], str(sub.path), sub.seed if sub.problem is None else None,
+                  assignment=sub.assignment,
+                  notebook_id=sub.notebook_id)
+        if sub.problem is not None:
+            row.error = sub.problem
+        else:
+            if warming is not None:
+                warming.result()
+            with self.lock:
+                self.running[i] = f"{sub.student} {sub.lab}"
+            self._grade(i, row, env)
+        with self.lock:
+            self.rows[i] = row
+            self.done += 1
+            self.running.pop(i, None)
+        shown = (f"{row.score:g} / {row.max_score:g}" if row.report else "not graded: " + row.error)
+        left = f", {self.eta()}" if self.done < len(self.subs) else ""
+        self.say(f"[{self.done}/{len(self.subs)}] {row.student}  {row.lab}  {shown}"
+                 + (f"  ({row.seconds:.1f} s, seed {row.seed}{left})" if row.report else ""))
+
+    def _grade(self, i: int, row: Row, env: dict) -> None:
+        sub, o = self.subs[i], self.options
+        command = [sys.executable, "-m", "pipeline_kit", "grade", str(sub.path), "--json", "--progress",
+                   "--seed", str(sub.seed), "--timeout", f"{o.timeout:g}", "--total-timeout", f"{o.total_timeout:g}"]
+        if o.solutions:
+            command += ["--solutions", o.solutions]
+        start = time.monotonic()
+        proc = self._spawn(command, env)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        errors: list[str] = []
+        timed_out = threading.Event()
+
+        def overdue() -> None:  # past the grade's own limit, and more: the grader itself is stuck
+            timed_out.set()
+            end_process(proc)
+        timer = threading.Timer(o.total_timeout + OVERDUE_S, overdue)
+        timer.start()
+        try:
+            for line in proc.stderr:
+                line = line.rstrip("\n")
+                if line.startswith("running cell "):
+                    with self.lock:
+                        self.running[i] = f"{sub.student} {sub.lab} ({line[13:]})"
+                        self._clear()
+                        self._bar()
+                elif line.strip():
+                    errors = (errors + [line])[-ERROR_LINES:]
+            proc.wait()
+        finally:
+            timer.cancel()
+            self.procs.discard(proc)
+        reader.join()
+        row.seconds = time.monotonic() - start
+        if self.stopping:
+            raise KeyboardInterrupt
+        if proc.returncode != 0:
+            text = " / ".join(e.removeprefix("python -m pipeline_kit grade: error: ") for e in errors)
+            row.error = text or f"the grader exited with status {proc.returncode}"
+            if timed_out.is_set():
+                row.error = (f"stopped after {row.seconds:.0f} s: the grade outlived --total-timeout "
+                             f"({o.total_timeout:g} s) by {OVERDUE_S} s")
+            return
+        try:
+            row.report = json.loads("".join(out))
+        except ValueError:
+            row.error = "the grader's report could not be read"
+
+
+def _last_lines(err: str, code: int) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    return " / ".join(lines[-2:]) if lines else f"exit status {code}"
+
+
+def grade_class(subs: list[Submission], options: Options, stream=sys.stderr) -> tuple[list[Row], dict]:
+    """Grade ``subs``; returns the rows (in the order given) and the shared runs made (lab -> what and time)."""
+    batch = Batch(subs, options, stream)
+    rows = batch.run()
+    shared = dict(batch.shared)
+    if batch.share_off:
+        shared = {"": {"what": f"nothing shared: the sandbox is off ({batch.share_off}), so a student's code "
+                               "could write a shared run", "seconds": 0, "error": "sandbox off"}}
+    return rows, shared
+
+
+if __name__ == "__main__":  # python -m pipeline_kit.grading.batch LAB: the batch's warm-up of one lab
+    warm(sys.argv[1])
+    print(json.dumps(replayed))
