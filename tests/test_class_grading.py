@@ -10,8 +10,10 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from lab_grading import LABS, SOLUTIONS, with_answers
 
 from pipeline_kit.grading import names
 from pipeline_kit.grading.classlist import course_seed, shard_of
-from pipeline_kit.grading.gradebook import _cell
+from pipeline_kit.grading.gradebook import _cell, safe_name
 from pipeline_kit.grading.report import Report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,6 +201,10 @@ def test_texts_for_people():
                                   "m041_follow": {"points": 0, "max_points": 5}}
     assert "by question: M041 main 3.5 / 5, M041 follow-up 0 / 5" in report.text()
     assert _cell("=HYPERLINK(\"x\")") == "'=HYPERLINK(\"x\")" and _cell("alice") == "alice"
+    # a feedback page per student, whatever the script of the name; never a hidden or shared file name
+    assert safe_name("张三") == "张三" and safe_name("alice") == "alice"
+    assert len({safe_name(n) for n in ("a b", "a_b", "a/b", "a?b")}) == 4
+    assert not safe_name(".hidden").startswith(".")
 
 
 @pytest.mark.skipif(shutil.which("nbgrader", path=str(Path(sys.executable).parent)) is None,
@@ -244,3 +250,45 @@ def test_an_nbgrader_course_graded_into_its_gradebook(tmp_path):
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         nb = gb.find_submission_notebook(LAB2, "lab02", "alice")
         assert {g.name: g.score for g in nb.grades} == {c["name"]: c["points"] for c in rows["alice", LAB2]["checks"]}
+
+
+def test_nothing_is_shared_while_the_sandbox_is_off(tmp_path):
+    """Unisolated, a student's code could write the shared folder: the batch shares nothing and says so."""
+    cls = tmp_path / "class"
+    for who in ("ann", "ben"):
+        (cls / who).mkdir(parents=True)
+        shutil.copy(SOLUTIONS / f"{LAB2}.ipynb", cls / who)
+    env = {**os.environ, "PIPELINE_KIT_SANDBOX": "off"}
+    proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "grade", str(cls), "--json"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "nothing shared: the sandbox is off" in out["shared_runs"][""]["what"]
+    assert all(r["score"] == 20 and r["sandbox"]["isolated"] is False and r["shared_runs"] == []
+               for r in out["rows"])
+
+
+def test_an_interrupted_batch_leaves_nothing_running(tmp_path):
+    """Ctrl-C in the middle of a class: one line, exit 130, every grade's sandbox ended, the batch's folder gone."""
+    from lab_grading import sandbox_processes
+    cls = tmp_path / "class"
+    for who in ("ann", "ben", "cat"):
+        (cls / who).mkdir(parents=True)
+        shutil.copy(SOLUTIONS / "lab05_p2p.ipynb", cls / who)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline_kit", "grade", str(cls), "--gradebook",
+                             str(tmp_path / "book")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(tmp.glob("pipeline-kit-class-*/shared-runs/*.json")):
+        time.sleep(0.2)  # (the first shared run is recorded: grades and the warm-up are under way)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "python -m pipeline_kit: interrupted" and "Traceback" not in err
+    assert sandbox_processes() == []
+    # the batch's folder and every grade's are gone (torch's own caches in TMPDIR are torch's business)
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("pipeline-kit-")] == []
+    assert not (tmp_path / "book").exists()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..interrupts import end_process
-from ..launch import SHARE_ENV, replayed
+from ..launch import SHARE_ENV
 from . import sandbox
 from .classlist import Submission
 
@@ -161,10 +161,11 @@ class Batch:
               end="", file=self.stream, flush=True)
 
     def eta(self) -> str:
-        if not self.done:
+        """The time left: the notebooks not done yet, at the mean grade time so far, ``jobs`` at a time."""
+        times = [r.seconds for r in self.rows if r is not None and r.report]
+        if not times:
             return "ETA --"
-        spent = time.monotonic() - self.started
-        left = spent / self.done * (len(self.subs) - self.done)
+        left = sum(times) / len(times) * (len(self.subs) - self.done) / self.options.jobs
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     # -- running ---------------------------------------------------------------------------------------------
@@ -317,5 +318,7 @@ def grade_class(subs: list[Submission], options: Options, stream=sys.stderr) -> 
 
 
 if __name__ == "__main__":  # python -m pipeline_kit.grading.batch LAB: the batch's warm-up of one lab
-    warm(sys.argv[1])
-    print(json.dumps(replayed))
+    from ..interrupts import interrupts_end_in_one_line
+    with interrupts_end_in_one_line("pipeline_kit.grading.batch") as ended:  # SIGTERM stops its torchrun jobs too
+        warm(sys.argv[1])
+    sys.exit(ended.exit_code or 0)

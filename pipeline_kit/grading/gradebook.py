@@ -9,6 +9,7 @@ are its own.  It writes only into a folder that is new, empty, or a gradebook it
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -29,7 +30,7 @@ from .rubric_table import table_html
 
 FORMAT = "pipeline-kit gradebook 1"
 FILES = ("grades.csv", "grades.json")
-SAFE = re.compile(r"[^A-Za-z0-9._-]")
+SAFE = re.compile(r"[^\w.-]")
 
 
 def check_folder(path: str, what: str = "--gradebook") -> Path:
@@ -73,9 +74,11 @@ def read(folder: Path) -> dict:
 
 
 def safe_name(name: str) -> str:
-    """A student's or lab's name as one file name: letters, digits, ``._-``; nothing else, never hidden."""
+    """A student's or lab's name as one file name: letters (any script: 张三 stays 张三), digits, ``._-``, never
+    hidden; a name that had to change gets a digest of the original, so two names never share a page."""
     out = SAFE.sub("_", name)[:100] or "_"
-    return "_" + out[1:] if out.startswith(".") else out
+    out = "_" + out[1:] if out.startswith(".") else out
+    return out if out == name else f"{out}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 # -- writing ------------------------------------------------------------------------------------------------------
