@@ -1,0 +1,233 @@
+"""Interview cards: one per question (M041-M054 and the zero-bubble extension), in English and Chinese.
+
+Why data files and not prose in the chapters: a card is rehearsed on its own, in either language, and it is
+checked -- the 30-second answer's budget (about 75 words, 160 Chinese characters), the rubric's points (10 for
+the main question, 5 for the follow-up, as the interview question bank scores them), every number computed by
+``pipeline_kit`` when the book builds.  ``mNNN.yml`` holds a card's words, ``mNNN.py`` its numbers
+(``numbers() -> dict``); the answer and the notes name a number as ``{key}`` or ``{key:format}``.
+
+Check every card without building the book: ``python book/cards/cards.py`` (exit 1 with the problems).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import string
+import sys
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ORDER = tuple(f"m{n:03d}" for n in range(41, 55)) + ("zbv",)
+MAX_WORDS, MAX_HAN = 75, 160
+PARTS = {"main": 10, "follow": 5}
+CJK_PUNCT = re.compile(r"\s*([，。；：、！？（）“”])\s*")
+CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+@dataclass
+class Card:
+    question: str
+    data: dict
+    values: dict
+
+    def text(self, field: str, lang: str) -> str:
+        """A text of the card (``title``, ``answer``) with its numbers filled in."""
+        return tidy(fill(self.data[field][lang], self.values, f"{self.question} {field}.{lang}"), lang)
+
+
+def tidy(text: str, lang: str) -> str:
+    """Chinese text folded over several YAML lines loses the spaces the fold put next to its punctuation."""
+    return CJK_PUNCT.sub(r"\1", text) if lang == "zh" else text
+
+
+def fill(text: str, values: dict, what: str) -> str:
+    out = []
+    for literal, key, spec, _ in string.Formatter().parse(text):
+        out.append(literal)
+        if key is None:
+            continue
+        if key not in values:
+            raise KeyError(f"{what}: {{{key}}} is not one of the card's numbers ({', '.join(sorted(values))})")
+        out.append(format(values[key], spec or ""))
+    return "".join(out)
+
+
+def words(text: str) -> int:
+    """English words as a reader speaks them: a number or formula token counts as one."""
+    return len(re.findall(r"[A-Za-z0-9][\w'’./×%+−-]*", text))
+
+
+def han(text: str) -> int:
+    """Chinese characters (Latin words and numbers in a Chinese answer are not counted)."""
+    return len(CJK.findall(text))
+
+
+def _numbers(question: str) -> dict:
+    path = HERE / f"{question}.py"
+    spec = importlib.util.spec_from_file_location(f"pk_card_{question}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.numbers())
+
+
+def load(question: str) -> Card:
+    data = yaml.safe_load((HERE / f"{question}.yml").read_text(encoding="utf-8"))
+    return Card(question, data, _numbers(question))
+
+
+def problems(card: Card, labels: set[str] | None = None) -> list[str]:
+    """What is wrong with a card: missing fields, budgets, points, numbers, links."""
+    q, d, out = card.question, card.data, []
+    for field in ("title", "answer"):
+        for lang in ("en", "zh"):
+            if not isinstance(d.get(field), dict) or not d[field].get(lang):
+                out.append(f"{q}: {field}.{lang} is missing")
+    if out:
+        return out
+    en, zh = card.text("answer", "en"), card.text("answer", "zh")
+    if words(en) > MAX_WORDS:
+        out.append(f"{q}: the English answer has {words(en)} words (at most {MAX_WORDS})")
+    if han(zh) > MAX_HAN:
+        out.append(f"{q}: the Chinese answer has {han(zh)} Chinese characters (at most {MAX_HAN})")
+    if han(card.text("title", "zh")) == 0:
+        out.append(f"{q}: title.zh has no Chinese")
+    totals = {"main": 0.0, "follow": 0.0}
+    for i, item in enumerate(d.get("rubric") or []):
+        part = item.get("part")
+        if part not in totals or not isinstance(item.get("points"), (int, float)):
+            out.append(f"{q}: rubric[{i}] needs part main|follow and points")
+            continue
+        totals[part] += item["points"]
+        for lang in ("en", "zh"):
+            if not item.get(lang):
+                out.append(f"{q}: rubric[{i}].{lang} is missing")
+        note = item.get("note")
+        if note is not None:
+            for lang in ("en", "zh"):
+                if not note.get(lang):
+                    out.append(f"{q}: rubric[{i}].note.{lang} is missing")
+                else:
+                    fill(note[lang], card.values, f"{q} rubric[{i}].note.{lang}")  # its numbers exist
+    for part, want in PARTS.items():
+        if totals[part] != want:
+            out.append(f"{q}: the {part} rubric points add up to {totals[part]:g}, not {want}")
+    for i, n in enumerate(d.get("numbers") or []):
+        if n.get("key") not in card.values:
+            out.append(f"{q}: numbers[{i}].key {n.get('key')!r} is not computed by {q}.py")
+        elif not (n.get("en") and n.get("zh")):
+            out.append(f"{q}: numbers[{i}] needs en and zh labels")
+        else:
+            format(card.values[n["key"]], n.get("format", ""))
+    if not d.get("numbers"):
+        out.append(f"{q}: no numbers to remember")
+    for i, link in enumerate(d.get("links") or []):
+        if labels is not None and link.get("target") not in labels:
+            out.append(f"{q}: links[{i}].target {link.get('target')!r} is not a label of the book")
+        if not (link.get("en") and link.get("zh")):
+            out.append(f"{q}: links[{i}] needs en and zh texts")
+    if not d.get("links"):
+        out.append(f"{q}: no links into the chapter")
+    return out
+
+
+def book_labels() -> dict[str, str]:
+    """The MyST labels ``(name)=`` the book defines, each with its page (``chapters/bubble``)."""
+    found = {}
+    for path in sorted(HERE.parent.rglob("*.md")):
+        if "_build" in path.parts:
+            continue
+        page = path.relative_to(HERE.parent).with_suffix("").as_posix()
+        for label in re.findall(r"^\(([\w-]+)\)=\s*$", path.read_text(encoding="utf-8"), re.M):
+            found[label] = page
+    return found
+
+
+# -- rendering ---------------------------------------------------------------------------------------------------
+
+LANGS = {"en": ("English", "en"), "zh": ("中文", "zh-Hans")}
+WORDING = {
+    "en": {"card": "30-second card", "answer": "In 30 seconds", "rubric": "What earns the points",
+           "main": "main question", "follow": "follow-up", "numbers": "Numbers to remember", "more": "Read more",
+           "note": "The book's view"},
+    "zh": {"card": "30 秒卡片", "answer": "30 秒回答", "rubric": "得分点", "main": "主问题", "follow": "追问",
+           "numbers": "要记住的数字", "more": "延伸阅读", "note": "本书的看法"},
+}
+
+
+def _label(question: str) -> str:
+    return "ZBV" if question == "zbv" else question.upper()
+
+
+def _side(card: Card, lang: str, base: str, labels: dict) -> str:
+    d, w = card.data, WORDING[lang]
+    rows = []
+    for part in ("main", "follow"):
+        items = [i for i in d["rubric"] if i["part"] == part]
+        rows.append(f'<tr class="pk-card-part"><th colspan="2">{escape(w[part])}</th>'
+                    f'<th class="pk-card-pts">{sum(i["points"] for i in items):g}</th></tr>')
+        for item in items:
+            note = item.get("note")
+            shown = (f'<div class="pk-card-note"><b>{escape(w["note"])}:</b> '
+                     f'{escape(tidy(fill(note[lang], card.values, card.question), lang))}</div>' if note else "")
+            rows.append(f'<tr><td class="pk-card-box">☐</td><td>{escape(tidy(item[lang], lang))}{shown}</td>'
+                        f'<td class="pk-card-pts">{item["points"]:g}</td></tr>')
+    numbers = "".join(f'<li>{escape(tidy(n[lang], lang))}: '
+                      f'<b>{escape(format(card.values[n["key"]], n.get("format", "")))}</b></li>' for n in d["numbers"])
+    links = " · ".join(f'<a href="{_href(base, labels, k["target"])}">{escape(k[lang])}</a>' for k in d["links"])
+    name, code = LANGS[lang]
+    return (f'<div class="pk-card-side" lang="{code}">'
+            f'<p class="pk-card-kicker">{_label(card.question)} · {escape(w["card"])}</p>'
+            f'<p class="pk-card-title">{escape(card.text("title", lang))}</p>'
+            f'<p class="pk-card-head">{escape(w["answer"])}</p>'
+            f'<blockquote class="pk-card-answer">{escape(card.text("answer", lang))}</blockquote>'
+            f'<p class="pk-card-head">{escape(w["rubric"])}</p><table class="pk-card-rubric">{"".join(rows)}</table>'
+            f'<p class="pk-card-head">{escape(w["numbers"])}</p><ul class="pk-card-numbers">{numbers}</ul>'
+            f'<p class="pk-card-more">{escape(w["more"])}: {links}</p></div>')
+
+
+def _href(base: str, labels: dict, label: str) -> str:
+    return f"{base}{labels[label]}.html#{label}"
+
+
+def card_html(card: Card, base: str, labels: dict) -> str:
+    """One card, both languages in the page; the two radio buttons show one or the other (no script needed)."""
+    q = card.question
+    toggles = "".join(f'<input type="radio" class="pk-card-{lang}" name="pk-card-{q}" id="pk-card-{q}-{lang}"'
+                      f'{" checked" if lang == "en" else ""}><label for="pk-card-{q}-{lang}">{LANGS[lang][0]}</label>'
+                      for lang in LANGS)
+    return (f'<div class="pk-card" id="card-{q}" data-question="{q}">{toggles}'
+            + "".join(_side(card, lang, base, labels) for lang in LANGS) + "</div>")
+
+
+def show(*questions: str, base: str = "../"):
+    """The cards of ``questions`` as a cell's output (``base``: the path from the page to the book's root)."""
+    from IPython.display import HTML
+    labels = book_labels()
+    return HTML("".join(card_html(load(q), base, labels) for q in questions))
+
+
+def main() -> int:
+    labels = book_labels()
+    bad = []
+    for q in ORDER:
+        if not (HERE / f"{q}.yml").exists():
+            bad.append(f"{q}: no card yet")
+            continue
+        try:
+            card = load(q)
+            bad += problems(card, labels)
+            print(f"{q}: {words(card.text('answer', 'en'))} words, {han(card.text('answer', 'zh'))} characters")
+        except Exception as exc:  # noqa: BLE001 -- a card that cannot be read: say which and why
+            bad.append(f"{q}: {type(exc).__name__}: {exc}")
+    for line in bad:
+        print(line, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

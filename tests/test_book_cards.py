@@ -1,0 +1,133 @@
+"""The interview cards and the glossary, in the built book and in a real browser (issue 25).
+
+Every card is there in both languages, its 30-second answer within the budget (about 75 words, 160 Chinese
+characters) as the reader sees it, its rubric adding up to the bank's 10 + 5 points, its numbers computed; the
+language buttons switch what is shown; each chapter opens with the cards of its questions; every glossary entry
+is linked from some page; and no page calls the book's sources "seeds".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_book_browser import browser, open_page, toc_pages  # noqa: F401 -- the module's browser fixture
+from test_lab_wording import SOURCE_SENSE
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("pk_book_cards", ROOT / "book" / "cards" / "cards.py")
+cards = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = cards  # (its dataclass looks its module up there)
+_spec.loader.exec_module(cards)
+
+CARD_FACTS = r"""
+return JSON.stringify([...document.querySelectorAll('div.pk-card')].map(c => ({
+  id: c.id,
+  sides: [...c.querySelectorAll('.pk-card-side')].map(s => ({
+    lang: s.getAttribute('lang'), shown: getComputedStyle(s).display !== 'none',
+    title: s.querySelector('.pk-card-title').textContent,
+    answer: s.querySelector('.pk-card-answer').textContent,
+    points: [...s.querySelectorAll('.pk-card-rubric td.pk-card-pts')].map(t => parseFloat(t.textContent)),
+    numbers: [...s.querySelectorAll('.pk-card-numbers li')].map(li => li.textContent),
+    links: [...s.querySelectorAll('.pk-card-more a')].map(a => a.href)})),
+  top: c.getBoundingClientRect().top + window.scrollY})));
+"""
+
+
+def test_every_card_file_passes_its_own_checks():
+    labels = cards.book_labels()
+    problems = [p for q in cards.ORDER for p in cards.problems(cards.load(q), labels)]
+    assert problems == []
+
+
+@pytest.fixture(scope="module")
+def cards_page(book_html, browser):  # noqa: F811
+    open_page(browser, book_html, "cards")
+    return json.loads(browser.execute_script(CARD_FACTS))
+
+
+def test_the_cards_page_holds_every_card_in_both_languages(cards_page):
+    assert [c["id"] for c in cards_page] == [f"card-{q}" for q in cards.ORDER]
+    for card in cards_page:
+        en, zh = card["sides"]
+        assert (en["lang"], zh["lang"]) == ("en", "zh-Hans")
+        assert en["shown"] and not zh["shown"], card["id"]  # English first; the button shows the Chinese
+        assert cards.words(en["answer"]) <= cards.MAX_WORDS, (card["id"], cards.words(en["answer"]))
+        assert 0 < cards.han(zh["answer"]) <= cards.MAX_HAN, (card["id"], cards.han(zh["answer"]))
+        assert cards.han(zh["title"]) > 0 and cards.han(en["answer"]) == 0
+        assert sum(en["points"]) == sum(zh["points"]) == 10 + 5  # the items of the main question and the follow-up
+        assert en["numbers"] and len(en["numbers"]) == len(zh["numbers"])
+        assert not any("{" in n for n in en["numbers"] + zh["numbers"] + [en["answer"], zh["answer"]])
+        for href in en["links"] + zh["links"]:
+            page, _, anchor = href.partition("#")
+            assert Path(page.removeprefix("file://")).is_file() and anchor, href
+
+
+def test_the_language_buttons_switch_the_card(book_html, browser):  # noqa: F811
+    open_page(browser, book_html, "cards")
+    browser.find_element("css selector", 'label[for="pk-card-m044-zh"]').click()
+    shown = browser.execute_script(
+        "return [...document.querySelectorAll('#card-m044 .pk-card-side')]"
+        ".map(s => getComputedStyle(s).display !== 'none')")
+    assert shown == [False, True]
+    text = browser.execute_script("return document.querySelector('#card-m044 .pk-card-side[lang=\"zh-Hans\"]')"
+                                  ".innerText")
+    assert "30 秒回答" in text and "得分点" in text
+
+
+def test_each_chapter_opens_with_its_cards(book_html, browser):  # noqa: F811
+    for q in cards.ORDER:
+        chapter = cards.load(q).data["chapter"]
+        open_page(browser, book_html, chapter)
+        found = json.loads(browser.execute_script(CARD_FACTS))
+        ids = [c["id"] for c in found]
+        assert f"card-{q}" in ids, (chapter, ids)
+        top = next(c["top"] for c in found if c["id"] == f"card-{q}")
+        first_section = browser.execute_script(
+            "const h = document.querySelector('article.bd-article section section');"
+            "return h ? h.getBoundingClientRect().top + window.scrollY : 1e9;")
+        assert top < first_section, (chapter, q)  # before the chapter's first section
+
+
+def test_every_glossary_entry_is_linked_from_a_page(book_html, browser):  # noqa: F811
+    open_page(browser, book_html, "glossary")
+    entries = json.loads(browser.execute_script(
+        "const out = []; let group = [];"
+        "for (const el of document.querySelectorAll('dl.glossary > *')) {"
+        "  if (el.tagName === 'DT') group.push(el.id); else { out.push(group); group = []; } }"
+        "return JSON.stringify(out);"))
+    assert len(entries) >= 30
+    linked = set()
+    for page in toc_pages():
+        if page == "glossary":
+            continue
+        open_page(browser, book_html, page)
+        hrefs = browser.execute_script("return [...document.querySelectorAll('a[href*=\"glossary.html#term-\"]')]"
+                                       ".map(a => a.getAttribute('href'))")
+        linked |= {h.split("#", 1)[1] for h in hrefs}
+    unlinked = [group for group in entries if not set(group) & linked]
+    assert unlinked == []
+
+
+def test_no_page_calls_the_sources_seeds(book_html, browser):  # noqa: F811
+    for page in toc_pages():
+        open_page(browser, book_html, page)
+        text = browser.execute_script(
+            "const a = document.querySelector('article.bd-article').cloneNode(true);"
+            "a.querySelectorAll('pre, code, .cell_input').forEach(e => e.remove()); return a.innerText;")
+        found = [m.group(0) for m in SOURCE_SENSE.finditer(text)]
+        assert found == [], (page, found)
+
+
+def test_the_question_index_gives_each_cards_chinese_title():
+    rows = [ln for ln in (ROOT / "book" / "m-index.md").read_text(encoding="utf-8").splitlines()
+            if ln.startswith("| {ref}`")]
+    titles = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        zh = cells[1].split("<br>", 1)[1]
+        titles[cells[0].split("<", 1)[1].split(">", 1)[0]] = zh.replace("`", "").replace("\\|", "|")
+    assert titles == {q: cards.load(q).data["title"]["zh"] for q in cards.ORDER if q != "zbv"}
