@@ -57,7 +57,8 @@ class Report:
             head.update(lab=self.lab, seed=self.seed)
         if self.sandbox is not None:
             head.update(sandbox=self.sandbox)
-        return {**head, "score": self.score, "max_score": self.max_score, "questions": self.questions(),
+        by_question = {"questions": self.questions()} if self.lab is not None else {}  # (a lab's report)
+        return {**head, "score": self.score, "max_score": self.max_score, **by_question,
                 "checks": [{"name": c.name, "points": c.points, "max_points": c.max_points, "feedback": c.feedback}
                            for c in self.checks]}
 
