@@ -9,12 +9,16 @@ through gloo when there are fewer GPUs than ranks):
 2. per rank, ``torch.cuda.max_memory_allocated`` next to what the kit predicts: weights + gradients of the rank's
    stages plus the activations live at the simulator's peak (peak count x bytes per microbatch-chunk);
 3. the labs that start ``torchrun`` (5 and 6), graded by ``python -m pipeline_kit grade`` from their solutions:
-   full marks means every torchrun cell ran and its checks passed on this box.
+   full marks means every torchrun cell ran and its checks passed on this box;
+4. plan and verify (issue 26): ``python -m pipeline_kit plan`` for the kit's tiny model on this box's GPUs, then
+   ``--verify 2`` runs its top two for real (the real model on GPUs) and reports measured against predicted step
+   time, Kendall's tau of the two orders, and ``torch.cuda.max_memory_allocated`` per rank.
 
 Without CUDA it says so and exits 0 having run nothing (``--allow-cpu`` runs it on gloo/CPU anyway, to try the
 script itself).  Exit status 1 when a run fails, a gradient differs or a lab loses points.
 
-Run: ``python benchmarks/gpu_check.py [--pp 2,4] [--schedules zbv,dualpipev] [--skip-labs] [--json out.json]``;
+Run: ``python benchmarks/gpu_check.py [--pp 2,4] [--schedules zbv,dualpipev] [--skip-labs] [--skip-plan]
+[--json out.json]``;
 ``--plan`` prints the commands without running them.
 """
 
@@ -61,6 +65,7 @@ def parse(argv=None) -> argparse.Namespace:
                         f"is at most {LAYERS} (at most {LAYERS // 2} for the families with 2 chunks per rank)")
     p.add_argument("--schedules", default=",".join(SCHEDULES), help="families, comma-separated")
     p.add_argument("--skip-labs", action="store_true", help="do not grade the labs' torchrun notebooks")
+    p.add_argument("--skip-plan", action="store_true", help="do not run the plan-and-verify case")
     p.add_argument("--json", metavar="FILE", help="write every result as JSON (checked before any job runs)")
     p.add_argument("--plan", action="store_true", help="print the commands, run nothing")
     p.add_argument("--allow-cpu", action="store_true", help="run even without CUDA (gloo on CPU, no memory figures)")
@@ -178,6 +183,31 @@ def check_labs(args) -> list[dict]:
     return results
 
 
+def plan_command(gpus: int) -> list[str]:
+    """The plan-and-verify case: the tiny model on this box's GPUs (2 at least, to have a pipeline)."""
+    return [sys.executable, "-m", "pipeline_kit", "plan", "--config", "tiny", "--gpus", str(max(gpus, 2)),
+            "--gpu-memory-gb", "16", "--global-batch", "16", "--verify", "2", "--json"]
+
+
+def check_plan(args, gpus: int) -> dict:
+    cmd = plan_command(gpus)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout * 2, check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"timed out after {args.timeout * 2:g} s"}
+    try:
+        report = json.loads(proc.stdout)["verify"]
+    except (ValueError, KeyError):
+        return {"ok": False, "error": proc.stderr[-1000:]}
+    ok = bool(report["runs"]) and all(r["error"] is None for r in report["runs"])
+    for r in report["runs"]:
+        print(f"plan --verify: {r['label']}: measured {r['measured_s']} s, planned {r['predicted_s']} s, "
+              f"cuda max memory {r['cuda_max_memory_allocated']}" if r["error"] is None else
+              f"plan --verify: {r['label']}: FAILED {r['error']}", flush=True)
+    print(f"plan --verify: mode {report['mode']}, Kendall's tau {report['kendall_tau']}", flush=True)
+    return {"ok": ok, **report}
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     if args.plan:
@@ -188,6 +218,8 @@ def main(argv=None) -> int:
         if not args.skip_labs:
             for lab in LABS:
                 print(f"python -m pipeline_kit grade solutions/{lab}.ipynb --json --timeout 300")
+        if not args.skip_plan:
+            print(" ".join(["python", *plan_command(2)[1:]]) + "   (--gpus: this box's GPU count)")
         return 0
     import torch
 
@@ -201,10 +233,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         schedules = check_schedules(args, Path(tmp))
     labs = [] if args.skip_labs else check_labs(args)
+    planned = None if args.skip_plan else check_plan(args, gpus)
     ok = all(r["returncode"] == 0 and r.get("grads_match") for r in schedules) and all(
-        r["score"] is not None and r["score"] == r["max_score"] for r in labs)
+        r["score"] is not None and r["score"] == r["max_score"] for r in labs) and (planned is None or planned["ok"])
     if args.json:
-        write_json(args.json, {"gpus": gpus, "ok": ok, "schedules": schedules, "labs": labs})
+        write_json(args.json, {"gpus": gpus, "ok": ok, "schedules": schedules, "labs": labs, "plan": planned})
     print(f"gpu_check: {'all passed' if ok else 'FAILURES above'} ({len(schedules)} runs, {len(labs)} labs)")
     return 0 if ok else 1
 

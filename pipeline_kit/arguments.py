@@ -27,7 +27,7 @@ from .limits import MAX_NUMBER, LimitError, check_at_most
 
 _HUGE = 10**30  # an integer this large is described by its size, not printed (str() refuses 4,300 digits)
 UNITS = {"MAX_RANKS": "ranks", "MAX_CHUNKS": "chunks per rank", "MAX_MICROBATCHES": "microbatches",
-         "MAX_LAYERS": "layers"}  # what a limit counts, as its refusal says it
+         "MAX_LAYERS": "layers", "MAX_GPUS": "GPUs"}  # what a limit counts, as its refusal says it
 
 
 class ArgumentError(ValueError):

@@ -32,6 +32,7 @@ from .interrupts import (
 )
 from .grading import commands as grade_commands
 from .layout import commands as layout_commands
+from .plan import commands as plan_commands
 from .limits import MAX_DRAW_OPS, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, LimitError, check_at_most
 from .schedules import (
     CHUNKED,
@@ -46,6 +47,7 @@ from .schedules import (
     validate,
 )
 from .sim import CostError, Costs, simulate
+from .sim.costs import scaled_by_stage
 
 
 # -- schedule options shared by `schedule` and `simulate` ---------------------------------------
@@ -88,19 +90,12 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 def costs_from_args(args: argparse.Namespace, sched: Schedule) -> Costs:
     fwd, bwd, wgrad = args.fwd, args.bwd, args.wgrad
     if args.stage_costs is not None:
-        factors = args.stage_costs
-        pp, v = sched.pp, sched.chunks
-        if len(factors) == pp:
-            scale = 1.0
-        elif v > 1 and len(factors) == pp * v:
-            scale = 1.0 / v  # per virtual stage: each chunk's share of the rank-level cost
-        else:
-            allowed = f"{pp} (one per rank)" + (f" or {pp * v} (one per virtual stage)" if v > 1 else "")
-            raise UsageError(f"argument --stage-costs: got {len(factors)} values, expected {allowed}")
-        fwd = [fwd * scale * f for f in factors]
-        bwd = [bwd * scale * f for f in factors]
-        if wgrad is not None:
-            wgrad = [wgrad * scale * f for f in factors]
+        try:
+            fwd, bwd = (scaled_by_stage(x, args.stage_costs, sched.pp, sched.chunks) for x in (fwd, bwd))
+            if wgrad is not None:
+                wgrad = scaled_by_stage(wgrad, args.stage_costs, sched.pp, sched.chunks)
+        except CostError as exc:
+            raise UsageError(f"argument --stage-costs: {exc}") from None
     return Costs(fwd=fwd, bwd=bwd, wgrad=wgrad, p2p_latency=args.p2p_latency, p2p_bytes=args.p2p_bytes,
                  bandwidth=args.bandwidth, activation_bytes=args.activation_bytes)
 
@@ -385,6 +380,8 @@ COMMANDS: list[Command] = [
      layout_commands.cmd_balance),
     ("speedup", "decompose a pipeline's speedup: bubble, imbalance, P2P, remainder", layout_commands.add_speedup_args,
      layout_commands.cmd_speedup),
+    ("plan", "pick schedule, pp, v, M and layout for a model on N GPUs under a memory budget, and say why",
+     plan_commands.add_plan_args, plan_commands.cmd_plan),
 ]
 
 

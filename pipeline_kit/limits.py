@@ -18,6 +18,9 @@ import math
 MAX_RANKS = 1024  # pipeline ranks (pp)
 MAX_CHUNKS = 128  # model chunks per rank (the virtual pipeline size v)
 MAX_MICROBATCHES = 1_000_000  # microbatches per step
+MAX_GPUS = 1_048_576  # GPUs a plan is made for (the planner tries every pp that divides them)
+MAX_VERIFY_RUNS = 8  # candidates `plan --verify K` runs for real, one torchrun job each
+MAX_PLAN_OPS = 3_000_000  # ops one plan builds, sizes and simulates over all its candidates (about 20 s on 2 cores)
 MAX_OPS = 2_000_000  # ops in one schedule, all ranks together (the simulator does 262,144 in ~1.7 s)
 MAX_LAYERS = 1024  # decoder layers of a model config or layout (the exact balancer is quadratic in them)
 MAX_MODEL_DIM = 2**31 - 1  # any other model size: hidden, vocab, sequence length, heads, ...

@@ -60,6 +60,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--synthetic-compute", type=float_list, default=None, metavar="F_MS,B_MS[,W_MS]",
                    help="replace compute by timed waits: forward / backward (/ weight-grad) ms of one microbatch "
                         "through a rank's whole share; each of v chunks waits 1/v")
+    p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
+                   help="with --synthetic-compute: a factor per rank (pp values) or per virtual stage (pp*chunks), "
+                        "as simulate's --stage-costs")
     p.add_argument("--trace", metavar="FILE", help="write every op's and P2P wait's start/end (last step) as JSON")
     p.add_argument("--json", metavar="FILE", help="write the run's summary as JSON")
     p.add_argument("--p2p-timeout", type=timeout_seconds, default=60.0, metavar="S",
@@ -168,6 +171,14 @@ def main(argv=None) -> int:
         return usage("argument --synthetic-compute: expected F_MS,B_MS or F_MS,B_MS,W_MS")
     if synthetic is not None and len(synthetic) == 3 and synthetic[2] > synthetic[1]:
         return usage("argument --synthetic-compute: W_MS is part of B_MS and cannot exceed it")
+    if args.stage_costs is not None:
+        from .sim.costs import CostError, scaled_by_stage
+        if synthetic is None:
+            return usage("argument --stage-costs: it scales --synthetic-compute's times; add --synthetic-compute")
+        try:
+            scaled_by_stage(1.0, args.stage_costs, world, schedule.chunks)
+        except CostError as exc:
+            return usage(f"argument --stage-costs: {exc}")
     if synthetic is not None and args.check_grads:
         return usage("--check-grads needs real compute; drop --synthetic-compute")
     if args.hidden % args.heads:
@@ -342,9 +353,13 @@ class _SyntheticJob:
     def __init__(self, args, env, schedule):
         from .runtime.compute import SyntheticCompute
         from .sim import Costs
+        from .sim.costs import scaled_by_stage
         f_ms, b_ms, *w_ms = args.synthetic_compute
+        times = [f_ms / 1000, b_ms / 1000, (w_ms[0] if w_ms else b_ms / 2) / 1000]
+        if args.stage_costs is not None:  # simulate's --stage-costs rule: a factor per rank or per virtual stage
+            times = [scaled_by_stage(t, args.stage_costs, schedule.pp, schedule.chunks) for t in times]
         # the simulator's cost convention: a rank's whole share, 1/v per chunk
-        self.costs = Costs(fwd=f_ms / 1000, bwd=b_ms / 1000, wgrad=(w_ms[0] if w_ms else b_ms / 2) / 1000)
+        self.costs = Costs(fwd=times[0], bwd=times[1], wgrad=times[2])
         self.compute = SyntheticCompute(self.costs.resolve(schedule.pp, schedule.chunks, schedule.placement),
                                         schedule.stages_of(env.rank), _boundary_shape(args), env.device)
 
@@ -427,6 +442,7 @@ def _summary(args, env, schedule, cfg, layout, stage_params, latency, job, every
         "deallocated_output_bytes": [r["deallocated_output_bytes"] for r in everyone],
         "cuda_max_memory_allocated": [r["cuda_max_memory_allocated"] for r in everyone],
         "synthetic_compute": args.synthetic_compute,
+        "stage_costs": args.stage_costs,
     }
     if job.synthetic:
         predicted = simulate(schedule, replace(job.costs, p2p_latency=latency)).makespan

@@ -28,6 +28,7 @@ SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswit
 NUMERIC = {
     "bench_class_grading.py": {"--students": ["0", "-1", "abc", "201"], "--jobs": ["0", "-1", "abc", "65"]},
     "bench_schedules.py": {"--repeat": ["0", "-1", "abc", "2.5", "101"]},
+    "bench_plan.py": {"--repeat": ["0", "-1", "abc", "2.5", "21"]},
     "gpu_check.py": {"--pp": ["0", "-1", "abc", "2,", "2,2", "2000", "8"],
                      "--timeout": ["0", "-1", "abc", "nan", "inf", "1e7"]},
     "vs_torch_pipelining.py": {"--steps": ["0", "-1", "abc", "1", "100001"], "--warmup": ["-1", "abc", "100001"],

@@ -110,6 +110,16 @@ def layout_from_cuts(cuts: list[int], layers: int) -> Layout:
     return Layout(tuple(stages))
 
 
+def stage_times(items: ItemTimes, layout: Layout) -> tuple[list[float], list[float]]:
+    """Forward and backward time of one microbatch on each stage of ``layout``: the items it holds, summed."""
+    fwd, bwd = [], []
+    for st in layout.stages:
+        idx = ([0] if st.embedding else []) + [i + 1 for i in st.layers] + ([items.layers + 1] if st.loss else [])
+        fwd.append(sum(items.fwd[i] for i in idx))
+        bwd.append(sum(items.bwd[i] for i in idx))
+    return fwd, bwd
+
+
 def plan_for(layout: Layout, items: ItemTimes, pp: int, microbatches: int, p2p_latency: float = 0.0) -> Plan:
     """Simulate ``layout`` with ``items``' times: 1F1B for one chunk per rank, interleaved for more."""
     _layout("plan_for", layout)
@@ -117,11 +127,7 @@ def plan_for(layout: Layout, items: ItemTimes, pp: int, microbatches: int, p2p_l
     if layout.num_layers != items.layers:
         raise LayoutError(f"the layout has {layout.num_layers} layers but the item times cover {items.layers}")
     layout._check(arg, pp, None)
-    fwd, bwd = [], []
-    for st in layout.stages:
-        idx = ([0] if st.embedding else []) + [i + 1 for i in st.layers] + ([items.layers + 1] if st.loss else [])
-        fwd.append(sum(items.fwd[i] for i in idx))
-        bwd.append(sum(items.bwd[i] for i in idx))
+    fwd, bwd = stage_times(items, layout)
     chunks = layout.chunks(pp)
     sched = build_schedule("interleaved" if chunks > 1 else "1f1b", pp, microbatches, chunks if chunks > 1 else None)
     res = simulate(sched, fwd=fwd, bwd=bwd, p2p_latency=p2p_latency)

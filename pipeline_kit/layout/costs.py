@@ -90,6 +90,9 @@ PRESETS: dict[str, tuple[ModelSpec, str]] = _Presets({
                   "question bank's endpoint imbalance, 39.1M vs 14.2M parameters, max/min 2.76x")),
     "gpt2-medium-ish": (ModelSpec(vocab=50304, seq_len=1024, hidden=1024, heads=16, layers=24, micro_batch_size=1),
                         "24 layers, hidden 1024, vocab 50304, seq 1024"),
+    "llama-70b-ish": (ModelSpec(vocab=32000, seq_len=4096, hidden=8192, heads=64, layers=80, micro_batch_size=1),
+                      ("80 layers, hidden 8192, vocab 32000, seq 4096: Llama-2-70B's depth and width in the kit's GPT "
+                       "(4h MLP, full attention; 65B parameters): the planning chapter's large model")),
 })
 PRESET_ALIASES = {"seed-pp8": "bank-pp8"}  # old name -> preset: accepted everywhere, listed nowhere
 

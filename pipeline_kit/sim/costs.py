@@ -80,6 +80,21 @@ def _per_virtual_stage(value: PerStage, pp: int, chunks: int, name: str, placeme
     return [values[_stage_owner(s, pp, placement)[0]] / chunks for s in range(stages)]
 
 
+def scaled_by_stage(value: float, factors: Sequence[float], pp: int, chunks: int) -> list:
+    """``value`` times each factor of ``--stage-costs``: one factor per rank (``pp`` of them), or one per virtual
+    stage (``pp * chunks``), where each is a chunk's share, ``1/chunks`` of a rank-level ``value``.  The one rule
+    for ``simulate --stage-costs`` and ``pipeline_kit.run --stage-costs``; a wrong count raises :class:`CostError`
+    saying what was expected."""
+    if len(factors) == pp:
+        scale = 1.0
+    elif chunks > 1 and len(factors) == pp * chunks:
+        scale = 1.0 / chunks
+    else:
+        allowed = f"{pp} (one per rank)" + (f" or {pp * chunks} (one per virtual stage)" if chunks > 1 else "")
+        raise CostError(f"got {len(factors)} values, expected {allowed}")
+    return [value * scale * f for f in factors]
+
+
 @dataclass
 class Costs:
     """Inputs of the simulator.  Times are in any unit you like (the CLI says "time units").

@@ -1,0 +1,177 @@
+"""``python -m pipeline_kit plan``: the configuration to run for a model on N GPUs, with its reason.
+
+Why a command: the question a candidate is asked last -- "which pipeline configuration, and how do you know?" --
+deserves the same answer the book gives, computed, with every refusal said in words and the winner's numbers
+reproducible by ``simulate``.  Every bad argument is one line and exit 2, checked (the plot's path too) before
+the search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..argtypes import UsageError, int_at_most, non_negative_float, positive_float
+from ..inputs import check_output_path, strict_json
+from ..layout.costs import PRESETS
+from ..layout.commands import _config
+from ..layout.spec import LayoutError
+from ..schedules import FAMILIES
+from .explain import explain
+from .memory import OPTIMIZERS, RECOMPUTE, Training
+from .search import GB, Hardware, PlanError, Search, describe_search, plan
+
+GPUS = int_at_most("MAX_GPUS", "GPUs")
+COUNT = int_at_most("MAX_MODEL_DIM", "")
+
+
+def _families(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in FAMILIES]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(FAMILIES)}; got "
+                                         f"{text[:40]!r}")
+    return names
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="MODEL_OR_PRESET", required=True,
+                   help=f"model: a preset ({', '.join(PRESETS)}) or a JSON file of ModelSpec fields")
+    p.add_argument("--gpus", type=GPUS, required=True, help="GPUs in all (tp x pp x dp)")
+    p.add_argument("--gpu-memory-gb", type=positive_float, required=True, help="memory of one GPU, in GB (1e9 bytes)")
+    p.add_argument("--global-batch", type=COUNT, default=None,
+                   help="sequences per step (default 2 x data-parallel ranks at pp=1 x micro-batch size)")
+    p.add_argument("--micro-batch-size", type=COUNT, default=None,
+                   help="sequences per microbatch (default: the model's)")
+    p.add_argument("--tflops", type=positive_float, default=400.0, help="achieved TFLOP/s per GPU (default 400)")
+    p.add_argument("--p2p-gbps", type=positive_float, default=50.0,
+                   help="GB/s of a point-to-point link, also the data-parallel ring's (default 50)")
+    p.add_argument("--p2p-latency-us", type=non_negative_float, default=10.0,
+                   help="microseconds per transfer (default 10)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="adam (12 bytes/param of state) or sgd")
+    p.add_argument("--tp", type=int_at_most("MAX_RANKS", "ranks"), default=1,
+                   help="tensor-parallel size with sequence parallelism, fixed (default 1)")
+    p.add_argument("--recompute", choices=RECOMPUTE, default="none", help="activation recomputation (default none)")
+    p.add_argument("--distributed-optimizer", action="store_true", help="shard the optimizer state over dp")
+    p.add_argument("--schedules", type=_families, default=None, metavar="A,B,...",
+                   help=f"families to try (default all: {','.join(FAMILIES)})")
+    p.add_argument("--top", type=int_at_most("MAX_MODEL_DIM", ""), default=5, help="candidates to list (default 5)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    p.add_argument("--plot", metavar="FILE", help="draw step time against worst-rank memory (.png or .svg)")
+    p.add_argument("--verify", type=int_at_most("MAX_VERIFY_RUNS", "runs"), default=0, metavar="K",
+                   help="run the top K (at most MAX_VERIFY_RUNS = 8) for real with torchrun and compare")
+    p.add_argument("--synthetic-compute", action="store_true",
+                   help="with --verify: time compute by waits of the predicted per-stage times (the CPU default)")
+
+
+def search_from_args(args: argparse.Namespace) -> Search:
+    spec = _config(args.config)
+    if args.micro_batch_size is not None:
+        from dataclasses import replace
+        spec = replace(spec, micro_batch_size=args.micro_batch_size)
+    try:
+        hw = Hardware(args.gpus, args.gpu_memory_gb * GB, args.tflops, args.p2p_gbps, args.p2p_latency_us)
+        training = Training(args.optimizer, args.tp, args.recompute, args.distributed_optimizer)
+        return plan(spec, hw, training, args.global_batch, args.schedules, model_name=args.config,
+                    progress=_progress if sys.stderr.isatty() else None)
+    except (PlanError, LayoutError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if sys.stderr.isatty():
+            print("\r\033[K", end="", file=sys.stderr)
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"\rplanning: {done}/{total} shapes", end="", file=sys.stderr, flush=True)
+
+
+def report(search: Search, top: int) -> str:
+    """The text report: the inputs, the top candidates, the refusals by kind, and why."""
+    m, hw, tr = search.model, search.hardware, search.training
+    params = sum(r.params for r in _any_memory(search)) * tr.tp
+    lines = [f"plan: {search.model_name} ({m.layers} layers, hidden {m.hidden}, vocab {m.vocab}, seq {m.seq_len}; "
+             f"{params / 1e9:.2f}B parameters) on {hw.gpus} GPUs x {hw.gpu_memory_bytes / GB:g} GB",
+             f"      global batch {search.global_batch} x {m.seq_len} tokens, micro-batch {m.micro_batch_size}; "
+             f"{tr.words()}; {hw.tflops:g} TFLOP/s achieved, P2P {hw.p2p_gbps:g} GB/s + {hw.p2p_latency_us:g} us",
+             describe_search(search), ""]
+    ranked = search.ranked[:top]
+    header = (f"{'#':>2}  {'schedule':<14} {'pp':>4} {'dp':>4} {'v':>2} {'M':>5} {'step ms':>9} {'tokens/s':>11} "
+              f"{'bubble':>7} {'worst GB':>8}  layout")
+    lines.append(header)
+    for k, i in enumerate(ranked, 1):
+        c = search.candidates[i]
+        layout = c.layout if len(c.layout) <= 40 else c.layout[:37] + "..."
+        lines.append(f"{k:>2}  {c.schedule:<14} {c.pp:>4} {c.dp:>4} {c.chunks:>2} {c.microbatches:>5} "
+                     f"{1e3 * c.step_time_s:>9.2f} {c.tokens_per_s:>11,.0f} {100 * c.bubble_fraction:>6.1f}% "
+                     f"{c.worst_memory_bytes / GB:>8.2f}  {layout} ({c.layout_kind})")
+    if not ranked:
+        lines.append("    (no candidate fits)")
+    refused = [c for c in search.candidates if not c.fits]
+    if refused:
+        lines.append("")
+        lines.append("refused (first of each kind):")
+        seen = set()
+        for c in refused:
+            if c.refusal not in seen:
+                seen.add(c.refusal)
+                lines.append(f"  {c.refusal:<7} {c.label()}: {c.why_not}")
+    why = explain(search)
+    lines += ["", "why: " + why.text]
+    if why.best is not None:
+        best = search.candidates[why.best]
+        lines.append("check it: python -m pipeline_kit simulate " + " ".join(best.simulate_args())
+                     + (f"  (then add the all-reduce, {1e3 * best.allreduce_time_s:.2f} ms)" if best.dp > 1 else ""))
+    lines.append("memory counts weights, fp32 grads, optimizer state, peak activations (+ W's kept gradients) and "
+                 "P2P buffers; not the CUDA context or fragmentation: keep a few GB free")
+    return "\n".join(lines)
+
+
+def _any_memory(search: Search):
+    for c in search.candidates:
+        if c.memory:
+            return c.memory
+    return []
+
+
+def to_json(search: Search) -> dict:
+    """The ``--json`` document (its fields are the issue's contract; ``best`` indexes ``candidates``)."""
+    why = explain(search)
+    return {"model": {"name": search.model_name, **search.model.to_dict()}, "gpus": search.hardware.gpus,
+            "gpu_memory_bytes": search.hardware.gpu_memory_bytes, "global_batch": search.global_batch,
+            "training": {"optimizer": search.training.optimizer, "tp": search.training.tp,
+                         "recompute": search.training.recompute,
+                         "distributed_optimizer": search.training.distributed_optimizer},
+            "hardware": {"tflops": search.hardware.tflops, "p2p_gbps": search.hardware.p2p_gbps,
+                         "p2p_latency_us": search.hardware.p2p_latency_us},
+            "search_seconds": search.seconds,
+            "candidates": [c.to_dict() for c in search.candidates], "best": why.best, "why": why.text,
+            "runner_up": why.runner_up, "baseline": why.baseline,
+            "deciding_factor": {"vs_runner_up": why.factor_vs_runner_up, "vs_baseline": why.factor_vs_baseline}}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_output_path(args.plot, "argument --plot")
+        if not args.plot.lower().endswith((".png", ".svg", ".pdf")):
+            raise UsageError(f"argument --plot: {args.plot!r} should end in .png, .svg or .pdf")
+    if args.synthetic_compute and not args.verify:
+        raise UsageError("argument --synthetic-compute: it only applies with --verify K")
+    search = search_from_args(args)
+    verified = None
+    if args.verify:
+        from .verify import verify  # torch and torchrun only when asked for
+        verified = verify(search, args.verify, synthetic=args.synthetic_compute or None,
+                          log=sys.stderr if args.json else sys.stdout)
+    if args.plot:
+        from ..viz.plan import save_plan_plot
+        save_plan_plot(search, args.plot)
+    if args.json:
+        doc = to_json(search)
+        if verified is not None:
+            doc["verify"] = verified
+        print(strict_json(doc))
+    else:
+        print(report(search, args.top))
+        if args.plot:
+            print(f"plot: {args.plot}")
+    return 0

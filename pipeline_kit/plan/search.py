@@ -1,0 +1,336 @@
+"""The planner's search: every pipeline configuration the kit can run for a model on N GPUs, predicted and ranked.
+
+Why a search and not a formula: the bubble, the imbalance of a layout, P2P and memory pull against each other
+differently for every model and batch, and the families each refuse some sizes.  The kit already has an exact
+model of the part that is schedule -- the simulator -- so the planner enumerates, asks each family to build
+its order, sizes every rank (:mod:`.memory`) and simulates only what fits.  Everything else is an estimate and
+is named as one: per-stage times from FLOPs at ``tflops`` achieved, P2P from latency and bandwidth, and the
+data-parallel gradient all-reduce as one ring all-reduce after the pipeline flush over the same link.
+
+A candidate's ``pipeline_time_s`` and ``bubble_fraction`` are exactly what ``python -m pipeline_kit simulate``
+prints for its :meth:`Candidate.simulate_args`; ``step_time_s`` adds ``allreduce_time_s`` (0 when dp = 1).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..arguments import Arguments
+from ..layout.balance import ItemTimes, best_cuts, even_split, item_times_from_flops, layout_from_cuts, stage_times
+from ..layout.costs import ModelSpec, boundary_bytes
+from ..layout.spec import Layout, LayoutError
+from ..limits import MAX_RANKS, LimitError, check_at_most, ops_per_microbatch_stage
+from ..schedules import FAMILIES, ScheduleConfigError, build_schedule
+from ..sim import simulate
+from .memory import RankMemory, Training, rank_memory
+
+V_CHOICES = (2, 3, 4, 6, 8)  # chunks per rank tried for the families that take any number
+GB = 1e9  # the planner speaks in decimal gigabytes, as GPU data sheets do (an H100 has 80 GB)
+
+
+class PlanError(ValueError):
+    """A planning argument is out of range, or the search would be too large; the message names the argument."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The cluster as the planner sees it: a count, a memory size, and three speeds (all estimates)."""
+
+    gpus: int
+    gpu_memory_bytes: float
+    tflops: float = 400.0  # achieved (not peak) TFLOP/s per GPU
+    p2p_gbps: float = 50.0  # GB/s of one point-to-point link, and of the all-reduce's ring
+    p2p_latency_us: float = 10.0
+
+    def __post_init__(self) -> None:
+        arg = Arguments("Hardware", PlanError)
+        arg.integer("gpus", self.gpus, limit="MAX_GPUS")
+        arg.number("gpu_memory_bytes", self.gpu_memory_bytes, positive=True)
+        arg.number("tflops", self.tflops, positive=True)
+        arg.number("p2p_gbps", self.p2p_gbps, positive=True)
+        arg.number("p2p_latency_us", self.p2p_latency_us)
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second of a link."""
+        return self.p2p_gbps * GB
+
+    @property
+    def latency(self) -> float:
+        return self.p2p_latency_us * 1e-6
+
+
+@dataclass
+class Candidate:
+    """One configuration: what it is, and either its prediction or why it cannot run (``why_not``)."""
+
+    schedule: str
+    pp: int
+    dp: int
+    chunks: int
+    microbatches: int | None
+    layout: str | None
+    layout_kind: str  # "even" or "balanced" (the balancer's cut)
+    why_not: str | None = None
+    step_time_s: float | None = None
+    pipeline_time_s: float | None = None
+    allreduce_time_s: float | None = None
+    tokens_per_s: float | None = None
+    bubble_fraction: float | None = None
+    memory: list[RankMemory] = field(default_factory=list)
+    stage_fwd_s: list[float] = field(default_factory=list)  # per virtual stage, one microbatch
+    stage_bwd_s: list[float] = field(default_factory=list)
+    busy_s: list[float] = field(default_factory=list)  # per rank, from the simulation
+    p2p_time_s: float = 0.0  # one transfer: latency + bytes / bandwidth
+    p2p_bytes: int = 0
+    bwd_ratio: int = 2  # every stage's backward over its forward (3 with full recomputation)
+    refusal: str | None = None  # "batch", "family", "layout", "memory", "size": why_not's kind
+
+    @property
+    def fits(self) -> bool:
+        return self.why_not is None
+
+    @property
+    def peak_memory_bytes(self) -> list[float]:
+        return [m.total for m in self.memory]
+
+    @property
+    def worst_rank(self) -> int | None:
+        totals = self.peak_memory_bytes
+        return max(range(len(totals)), key=totals.__getitem__) if totals else None
+
+    @property
+    def worst_memory_bytes(self) -> float | None:
+        return max(self.peak_memory_bytes) if self.memory else None
+
+    def label(self) -> str:
+        """``zbv pp=8 v=2 M=16 balanced`` -- how the why-paragraph names a candidate."""
+        v = f" v={self.chunks}" if FAMILIES[self.schedule].chunks != "one" else ""
+        m = f" M={self.microbatches}" if self.microbatches else ""
+        dp = f" dp={self.dp}" if self.dp > 1 else ""
+        return f"{self.schedule} pp={self.pp}{dp}{v}{m} ({self.layout_kind} layout)"
+
+    def simulate_args(self) -> list[str]:
+        """The ``python -m pipeline_kit simulate`` arguments that reproduce ``pipeline_time_s`` and the bubble.
+
+        ``--stage-costs`` takes one factor per virtual stage, scaled by ``1/v`` (the simulator's convention that a
+        rank-level cost is split over its chunks), so ``--fwd v --bwd 2v`` makes each factor the stage's time (``3v``
+        with full recomputation).
+        """
+        if self.pipeline_time_s is None:
+            return []
+        v = self.chunks
+        args = ["--schedule", self.schedule, "--pp", str(self.pp), "--microbatches", str(self.microbatches)]
+        if FAMILIES[self.schedule].chunks != "one":
+            args += ["--chunks", str(v)]
+        args += ["--fwd", str(v), "--bwd", str(self.bwd_ratio * v),
+                 "--stage-costs", ",".join(repr(f) for f in self.stage_fwd_s)]
+        if self.pp > 1:
+            args += ["--p2p-latency", repr(self.p2p_time_s)]
+        return args
+
+    def to_dict(self) -> dict:
+        return {
+            "schedule": self.schedule, "pp": self.pp, "dp": self.dp, "chunks": self.chunks,
+            "microbatches": self.microbatches, "layout": self.layout, "layout_kind": self.layout_kind,
+            "step_time_s": self.step_time_s, "pipeline_time_s": self.pipeline_time_s,
+            "allreduce_time_s": self.allreduce_time_s, "tokens_per_s": self.tokens_per_s,
+            "bubble_fraction": self.bubble_fraction, "peak_memory_bytes": self.peak_memory_bytes,
+            "memory": [m.to_dict() for m in self.memory], "fits": self.fits, "why_not": self.why_not,
+            "simulate_args": self.simulate_args(),
+        }
+
+
+@dataclass
+class Search:
+    """What :func:`plan` found: every candidate, the index of the best, and the inputs it was asked with."""
+
+    model: ModelSpec
+    model_name: str
+    hardware: Hardware
+    training: Training
+    global_batch: int
+    candidates: list[Candidate]
+    seconds: float
+
+    @property
+    def ranked(self) -> list[int]:
+        """Indices of the candidates that fit, fastest first (ties: less memory, then fewer ranks)."""
+        fit = [i for i, c in enumerate(self.candidates) if c.fits]
+        return sorted(fit, key=lambda i: (self.candidates[i].step_time_s, self.candidates[i].worst_memory_bytes,
+                                          self.candidates[i].pp, i))
+
+    @property
+    def best(self) -> int | None:
+        ranked = self.ranked
+        return ranked[0] if ranked else None
+
+
+def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch: int | None,
+                    schedules) -> tuple[int, list[str]]:
+    """The checks every planning entry point shares; returns the global batch and the families to try."""
+    arg = Arguments("plan", PlanError)
+    arg.instance("m", m, ModelSpec, "a ModelSpec (or load_model_spec(...))")
+    arg.instance("hw", hw, Hardware, "a Hardware")
+    arg.instance("training", training, Training, "a Training")
+    if hw.gpus % training.tp:
+        arg.fail(f"argument training: tp={training.tp} does not divide the {hw.gpus} GPUs")
+    if global_batch is None:
+        global_batch = 2 * hw.gpus // training.tp * m.micro_batch_size
+    arg.integer("global_batch", global_batch, 1, limit="MAX_MODEL_DIM")
+    families = list(FAMILIES) if schedules is None else list(schedules)
+    for name in families:
+        arg.text("schedules[]", name, list(FAMILIES))
+    if not families:
+        arg.refuse("schedules", "at least one schedule family", schedules)
+    return global_batch, list(dict.fromkeys(families))
+
+
+def _shapes(m: ModelSpec, ranks: int, families: list[str]):
+    """Every (family, pp, v) the search visits, pp dividing the ``ranks`` (GPUs / tp).  A v that makes more stages
+    than the model has items (E, the layers, L) is left out; where even the family's smallest v does, that one
+    shape stays, to be refused."""
+    items = m.layers + 2
+    divisors = [d for d in range(1, min(ranks, MAX_RANKS) + 1) if ranks % d == 0]  # pp > MAX_RANKS: never built
+    for name in families:
+        kind = FAMILIES[name].chunks
+        choices = (1,) if kind == "one" else (2,) if kind == "two" else V_CHOICES
+        for pp in divisors:
+            fitting = [v for v in choices if pp * v <= items]
+            for v in fitting or choices[:1]:
+                yield name, pp, v
+
+
+def _count_ops(m: ModelSpec, ranks: int, global_batch: int, families: list[str]) -> int:
+    total = 0
+    for name, pp, v in _shapes(m, ranks, families):
+        dp = ranks // pp
+        if global_batch % (dp * m.micro_batch_size) == 0 and pp * v <= m.layers + 2:
+            total += 2 * pp * v * (global_batch // (dp * m.micro_batch_size)) * ops_per_microbatch_stage(name)
+    return total
+
+
+def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_batch: int | None = None,
+         schedules=None, model_name: str = "model", progress=None) -> Search:
+    """Enumerate, size and simulate every candidate; ``progress(done, total)`` is called as it goes."""
+    training = Training() if training is None else training
+    global_batch, families = check_plan_args(m, hw, training, global_batch, schedules)
+    arg = Arguments("plan", PlanError)
+    arg.text("model_name", model_name)
+    arg.function("progress", progress, none=True)
+    ranks = hw.gpus // training.tp
+    ops = _count_ops(m, ranks, global_batch, families)
+    try:
+        check_at_most(f"the search ({ops:,} ops to build and simulate over all candidates)", ops, "MAX_PLAN_OPS",
+                      "ops")
+    except LimitError as exc:
+        raise PlanError(f"{exc}; try fewer --schedules, a smaller --global-batch or a larger --micro-batch-size") \
+            from None
+    start = time.perf_counter()
+    items = item_times(m, hw, training)
+    p2p_bytes = boundary_bytes(m) // training.tp  # sequence parallelism sends each tp rank its share
+    p2p_time = hw.latency + p2p_bytes / hw.bandwidth
+    shapes = list(_shapes(m, ranks, families))
+    out: list[Candidate] = []
+    for done, (name, pp, v) in enumerate(shapes):
+        out.extend(_evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes))
+        if progress is not None:
+            progress(done + 1, len(shapes))
+    return Search(m, model_name, hw, training, global_batch, out, time.perf_counter() - start)
+
+
+def item_times(m: ModelSpec, hw: Hardware, training: Training) -> ItemTimes:
+    """Seconds per microbatch of each item (E, the layers, L): its FLOPs at ``tflops`` on each of ``tp`` GPUs;
+    full recomputation adds a forward to every backward (the output layer's too: an upper bound)."""
+    items = item_times_from_flops(m, hw.tflops * training.tp)
+    if training.recompute != "full":
+        return items
+    return ItemTimes(items.fwd, tuple(b + f for f, b in zip(items.fwd, items.bwd)))
+
+
+def bwd_ratio(training: Training) -> int:
+    """A stage's backward over its forward under the FLOPs model: 2, or 3 with full recomputation."""
+    return 3 if training.recompute == "full" else 2
+
+
+def _layouts(m: ModelSpec, items, stages: int) -> list[tuple[str, Layout]]:
+    even = even_split(m.layers, stages)
+    costs = [f + b for f, b in zip(items.fwd, items.bwd)]
+    balanced = layout_from_cuts(best_cuts(costs, stages), m.layers)
+    return [("even", even)] + ([("balanced", balanced)] if str(balanced) != str(even) else [])
+
+
+def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes) -> list[Candidate]:
+    dp = hw.gpus // training.tp // pp
+    per_replica = dp * m.micro_batch_size
+    base = dict(schedule=name, pp=pp, dp=dp, chunks=v, p2p_time_s=p2p_time, p2p_bytes=p2p_bytes)
+    if global_batch % per_replica:
+        return [Candidate(**base, microbatches=None, layout=None, layout_kind="even", refusal="batch",
+                          why_not=f"the global batch {global_batch} is not a multiple of dp x micro-batch = "
+                                  f"{dp} x {m.micro_batch_size} = {per_replica}")]
+    mb = global_batch // per_replica
+    stages = pp * v
+    if stages > m.layers + 2:
+        return [Candidate(**base, microbatches=mb, layout=None, layout_kind="even", refusal="layout",
+                          why_not=f"{stages} stages but only {m.layers + 2} items (E, {m.layers} layers, L) to fill "
+                                  "them")]
+    try:
+        sched = build_schedule(name, pp, mb, v if FAMILIES[name].chunks != "one" else None)
+    except (ScheduleConfigError, LimitError) as exc:
+        return [Candidate(**base, microbatches=mb, layout=None, layout_kind="even", refusal="family",
+                          why_not=f"{name} refuses pp={pp}, M={mb}" + (f", v={v}" if v > 1 else "") + f": {exc}")]
+    out = []
+    for kind, layout in _layouts(m, items, stages):
+        cand = Candidate(**base, microbatches=mb, layout=str(layout), layout_kind=kind)
+        try:
+            cand.memory = rank_memory(m, layout, sched, training, dp)
+        except LayoutError as exc:
+            cand.why_not, cand.refusal = f"layout {layout}: {exc}", "layout"
+            out.append(cand)
+            continue
+        worst = cand.worst_rank
+        need = cand.memory[worst].total
+        if need > hw.gpu_memory_bytes:
+            over = (need - hw.gpu_memory_bytes) / GB
+            cand.why_not = (f"rank {worst} needs {need / GB:.1f} GB, {over:.1f} GB over the "
+                            f"{hw.gpu_memory_bytes / GB:g} GB budget")
+            cand.refusal = "memory"
+            out.append(cand)
+            continue
+        _predict(cand, m, hw, training, global_batch, items, layout, sched)
+        out.append(cand)
+    return out
+
+
+def allreduce_seconds(grad_bytes: float, dp: int, hw: Hardware) -> float:
+    """A ring all-reduce of ``grad_bytes`` over ``dp`` replicas: ``2 (dp-1)/dp`` of the bytes each way, plus
+    ``2 (dp-1)`` latencies; 0 without data parallelism."""
+    if dp <= 1:
+        return 0.0
+    return 2 * (dp - 1) / dp * grad_bytes / hw.bandwidth + 2 * (dp - 1) * hw.latency
+
+
+def _predict(cand: Candidate, m, hw, training, global_batch, items, layout, sched) -> None:
+    fwd, bwd = stage_times(items, layout)
+    cand.stage_fwd_s, cand.stage_bwd_s, cand.bwd_ratio = fwd, bwd, bwd_ratio(training)
+    res = simulate(sched, fwd=fwd, bwd=bwd, p2p_latency=cand.p2p_time_s if sched.pp > 1 else 0)
+    cand.pipeline_time_s = res.makespan
+    cand.bubble_fraction = res.bubble_fraction
+    cand.busy_s = list(res.busy)
+    grads = max(r.gradients for r in cand.memory)
+    cand.allreduce_time_s = allreduce_seconds(grads, cand.dp, hw)
+    cand.step_time_s = cand.pipeline_time_s + cand.allreduce_time_s
+    cand.tokens_per_s = global_batch * m.seq_len / cand.step_time_s if cand.step_time_s else None
+
+
+def describe_search(search: Search) -> str:
+    """One line: how many candidates, how many fit, and the refusals by kind."""
+    kinds: dict[str, int] = {}
+    for c in search.candidates:
+        if c.refusal:
+            kinds[c.refusal] = kinds.get(c.refusal, 0) + 1
+    refused = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    fit = sum(c.fits for c in search.candidates)
+    return (f"searched {len(search.candidates)} candidates in {search.seconds:.2f} s: {fit} fit"
+            + (f", {len(search.candidates) - fit} refused ({refused})" if refused else ""))

@@ -1,0 +1,180 @@
+"""``plan --verify K``: run the planner's top K for real with ``torchrun`` and put measured next to predicted.
+
+Why: a plan is a prediction, and the only way to know how far to trust one is to run it.  What a run can
+confirm depends on the machine, and the report says which:
+
+* **synthetic** (the CPU default, or ``--synthetic-compute``): every op waits for its stage's predicted time,
+  scaled so the fastest candidate's busiest rank computes for about :data:`TARGET_STEP_S`; the real schedule,
+  the real P2P (gloo) and the real executor run.  P2P cannot be scaled with the compute, so each run is
+  compared twice: with the planner's prediction scaled (its P2P scaled too) and with the simulator driven by
+  the scaled compute and the P2P latency the run measured -- the second isolates the schedule.  It confirms the
+  order of the candidates as far as the *schedule* decides it, each step time against the simulator's, and the
+  peak number of live activations per rank.  It cannot confirm FLOPs -> time, the link's bandwidth, the
+  all-reduce or the bytes of memory -- a waiting op allocates nothing -- and with more ranks than cores the
+  waits still run on time, the compute would not.
+* **real** (GPUs, the default there): the kit's GPT with the model's sizes trains for a few steps on ``pp``
+  GPUs (data parallelism is not run: one pipeline replica); the live activation bytes and
+  ``torch.cuda.max_memory_allocated`` per rank are reported next to the step times.  The runtime trains in fp32
+  with plain SGD, so those bytes are not the bf16 + Adam figures the plan sized: the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+from ..layout.costs import ModelSpec
+from ..limits import MAX_RANKS
+from .search import Search
+
+TARGET_STEP_S = 0.25  # the fastest verified candidate's busiest rank's scaled compute (synthetic mode)
+STEPS = 4  # training steps per run; the first is a warm-up, the median of the rest is the figure
+CPU_RANKS = 8  # torchrun processes a CPU run may start (oversubscribed: waits, not compute)
+
+
+def kendall_tau(xs: list[float], ys: list[float]) -> float | None:
+    """Kendall's tau-a of two equally long lists (1: same order, -1: reversed); None for fewer than 2 items."""
+    n = len(xs)
+    if n < 2:
+        return None
+    score = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = xs[i] - xs[j], ys[i] - ys[j]
+            score += (a * b > 0) - (a * b < 0)
+    return score / (n * (n - 1) / 2)
+
+
+def _devices() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def verify(search: Search, k: int, synthetic: bool | None = None, log=None, timeout: float = 300) -> dict:
+    """Run the top ``k`` candidates (``synthetic``: None picks by the hardware) and return the report's data."""
+    from ..launch import torchrun
+
+    gpus = _devices()
+    synthetic = gpus == 0 if synthetic is None else synthetic
+    ranks_here = CPU_RANKS if gpus == 0 else gpus
+    chosen, skipped = [], []
+    for i in search.ranked[:k]:
+        c = search.candidates[i]
+        (chosen if c.pp <= min(ranks_here, MAX_RANKS) else skipped).append(i)
+    fastest = min((search.candidates[i].pipeline_time_s for i in chosen), key=lambda t: t, default=0.0)
+    busiest = next((max(search.candidates[i].busy_s) for i in chosen
+                    if search.candidates[i].pipeline_time_s == fastest), 0.0)
+    scale = TARGET_STEP_S / busiest if synthetic and busiest else 1.0
+    runs = []
+    folder = tempfile.mkdtemp(prefix="pipeline-kit-verify-")
+    try:
+        for n, i in enumerate(chosen, 1):
+            c = search.candidates[i]
+            out = os.path.join(folder, f"run{i}.json")
+            args = _run_args(search.model, c, scale, synthetic, out)
+            if log is not None:
+                print(f"verify {n}/{len(chosen)}: {c.label()} -- torchrun --nproc-per-node {c.pp} -m pipeline_kit.run "
+                      + " ".join(args[:-2]), file=log, flush=True)
+            proc = torchrun(c.pp, *args, timeout=timeout)
+            runs.append(_compare(search, i, c, scale, synthetic, proc, out))
+            if log is not None:
+                print("  " + _line(runs[-1]), file=log, flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    done = [r for r in runs if r["measured_s"] is not None]
+    predicted = [r["planned_s"] for r in done]  # the planner's own order: its step times, unscaled
+    measured = [r["measured_s"] for r in done]
+    tau = kendall_tau(predicted, measured)
+    report = {"mode": "synthetic" if synthetic else "real", "scale": scale, "runs": runs,
+              "skipped": [{"candidate": i, "why": f"pp={search.candidates[i].pp} needs more ranks than the "
+                                                  f"{ranks_here} this machine runs"} for i in skipped],
+              "kendall_tau": tau,
+              "order_agrees": None if tau is None else sorted(range(len(done)), key=predicted.__getitem__)
+              == sorted(range(len(done)), key=measured.__getitem__),
+              "confirms": CONFIRMS["synthetic" if synthetic else "real"],
+              "cannot_confirm": CANNOT["synthetic" if synthetic else "real"]}
+    if log is not None:
+        print(summary_text(report), file=log, flush=True)
+    return report
+
+
+CONFIRMS = {"synthetic": ["the schedule's step time for the predicted per-stage times (the simulator)",
+                          "the order of the candidates as far as the schedule and P2P latency decide it",
+                          "the peak number of live activations per rank"],
+            "real": ["step time on this hardware", "the order of the candidates",
+                     "peak live activations, their bytes and torch.cuda.max_memory_allocated per rank"]}
+CANNOT = {"synthetic": ["FLOPs -> time (the achieved TFLOP/s)", "the link's bandwidth (gloo on one machine)",
+                        "the data-parallel all-reduce (one pipeline replica runs)",
+                        "memory in bytes (a waiting op allocates nothing)"],
+          "real": ["the data-parallel all-reduce (one pipeline replica runs)",
+                   "bf16 and Adam's memory (the runtime trains in fp32 with plain SGD)"]}
+
+
+def _run_args(m: ModelSpec, c, scale: float, synthetic: bool, out: str) -> list[str]:
+    args = ["--schedule", c.schedule, "--microbatches", str(c.microbatches), "--layers", str(m.layers),
+            "--layout", c.layout, "--steps", str(STEPS), "--p2p-timeout", "60"]
+    if synthetic:
+        v = c.chunks
+        # rank-level times of 1 ms forward: each per-virtual-stage factor is then the stage's scaled time in ms
+        args += ["--synthetic-compute", f"{v},{c.bwd_ratio * v}",
+                 "--stage-costs", ",".join(repr(1e3 * scale * f) for f in c.stage_fwd_s)]
+    else:
+        args += ["--hidden", str(m.hidden), "--heads", str(m.heads), "--seq-len", str(m.seq_len),
+                 "--micro-batch-size", str(m.micro_batch_size), "--vocab", str(m.vocab)]
+    return args + ["--json", out]
+
+
+def _compare(search: Search, index: int, c, scale: float, synthetic: bool, proc, out: str) -> dict:
+    row = {"candidate": index, "label": c.label(), "planned_s": c.pipeline_time_s,
+           "predicted_s": c.pipeline_time_s * scale, "measured_s": None, "ratio": None, "ratio_to_plan": None,
+           "predicted_with_measured_p2p_s": None, "peak_activations": None,
+           "predicted_peak_activations": None, "peak_activation_bytes": None, "cuda_max_memory_allocated": None,
+           "error": None}
+    try:
+        with open(out, encoding="utf-8") as fh:
+            summary = json.load(fh)
+    except (OSError, ValueError):
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        row["error"] = f"exit {proc.returncode}: {tail[0][:300]}"
+        return row
+    row["measured_s"] = summary["makespan"]
+    row["ratio_to_plan"] = summary["makespan"] / row["predicted_s"] if row["predicted_s"] else None
+    simulated = summary.get("predicted_makespan") if synthetic else c.pipeline_time_s
+    row["predicted_with_measured_p2p_s"] = summary.get("predicted_makespan")
+    row["ratio"] = summary["makespan"] / simulated if simulated else None
+    row["measured_p2p_latency_s"] = summary.get("p2p_latency")
+    row["peak_activations"] = summary["peak_activations"]
+    row["predicted_peak_activations"] = summary["simulated_peak_activations"]
+    if not synthetic:
+        row["peak_activation_bytes"] = summary["peak_activation_bytes"]
+        row["cuda_max_memory_allocated"] = summary["cuda_max_memory_allocated"]
+    return row
+
+
+def _line(row: dict) -> str:
+    if row["error"]:
+        return f"failed: {row['error']}"
+    text = f"measured {1e3 * row['measured_s']:.1f} ms"
+    if row["predicted_with_measured_p2p_s"]:
+        text += (f", simulated with the measured P2P latency {1e3 * row['predicted_with_measured_p2p_s']:.1f} ms "
+                 f"(measured/simulated {row['ratio']:.3f}); the plan, scaled, {1e3 * row['predicted_s']:.1f} ms "
+                 f"(measured/planned {row['ratio_to_plan']:.3f})")
+    else:
+        text += f", planned {1e3 * row['predicted_s']:.1f} ms (measured/planned {row['ratio']:.3f})"
+    same = row["peak_activations"] == row["predicted_peak_activations"]
+    return text + f"; peak live activations {row['peak_activations']} ({'as' if same else 'NOT as'} simulated)"
+
+
+def summary_text(report: dict) -> str:
+    tau = report["kendall_tau"]
+    lines = [f"verified {len(report['runs'])} candidate(s) ({report['mode']} compute"
+             + (f", per-stage times x {report['scale']:.3g}" if report["mode"] == "synthetic" else "") + "): "
+             + ("Kendall's tau of the planner's step times vs the measured ones = "
+                f"{tau:+.2f} ({'the same order' if report['order_agrees'] else 'a different order'})"
+                if tau is not None else "too few runs to compare orders")]
+    lines += [f"  skipped candidate {s['candidate']}: {s['why']}" for s in report["skipped"]]
+    lines.append("  this run confirms: " + "; ".join(report["confirms"]))
+    lines.append("  it cannot confirm: " + "; ".join(report["cannot_confirm"]))
+    return "\n".join(lines)

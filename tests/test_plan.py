@@ -1,0 +1,228 @@
+"""The planner (issue 26): its JSON contract, its figures against `simulate`, its memory terms by hand, its
+refusals, its reasons, its command line, and one real --verify run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bounded import run_cli
+from pipeline_kit.layout import even_split, load_model_spec
+from pipeline_kit.plan import GB, Hardware, PlanError, plan, rank_memory
+from pipeline_kit.plan.explain import FACTORS, baseline, breakdown, deciding_factor, explain
+from pipeline_kit.plan.memory import Training, bytes_per_param, wgrad_kept_bytes
+from pipeline_kit.plan.verify import kendall_tau
+from pipeline_kit.schedules import FAMILIES, build_schedule
+from pipeline_kit.sim import simulate
+
+BANK = load_model_spec("bank-pp8")
+CANDIDATE_KEYS = {"schedule", "pp", "dp", "chunks", "microbatches", "layout", "step_time_s", "tokens_per_s",
+                  "bubble_fraction", "peak_memory_bytes", "fits", "why_not"}
+
+
+@pytest.fixture(scope="module")
+def bank_search():
+    return plan(BANK, Hardware(8, 80 * GB), global_batch=16, model_name="bank-pp8")
+
+
+def test_json_contract_and_best_is_the_fastest_that_fits():
+    res = run_cli("plan", "--config", "bank-pp8", "--gpus", "8", "--gpu-memory-gb", "80", "--global-batch", "16",
+                  "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    assert {"model", "gpus", "gpu_memory_bytes", "candidates", "best", "why"} <= set(doc)
+    assert doc["gpus"] == 8 and doc["gpu_memory_bytes"] == 80e9
+    for c in doc["candidates"]:
+        assert CANDIDATE_KEYS <= set(c)
+        assert (c["why_not"] is None) == c["fits"]
+        if c["fits"]:
+            assert len(c["peak_memory_bytes"]) == c["pp"] and max(c["peak_memory_bytes"]) <= 80e9
+    fit = [c for c in doc["candidates"] if c["fits"]]
+    best = doc["candidates"][doc["best"]]
+    assert best["step_time_s"] == min(c["step_time_s"] for c in fit)
+    assert best["schedule"] in doc["why"] and "1F1B" in doc["why"]
+    # every family and every pp dividing 8 was visited
+    assert {c["schedule"] for c in doc["candidates"]} == set(FAMILIES)
+    assert {c["pp"] for c in doc["candidates"]} == {1, 2, 4, 8}
+
+
+@pytest.mark.parametrize("training", [Training(), Training(recompute="full")], ids=["plain", "full-recompute"])
+def test_pipeline_time_and_bubble_equal_the_simulate_command(training):
+    search = plan(BANK, Hardware(8, 80 * GB), training, global_batch=32)
+    picked = {}
+    for i in search.ranked:  # one fitting candidate of each family, the best first
+        picked.setdefault(search.candidates[i].schedule, search.candidates[i])
+    assert len(picked) == len(FAMILIES)
+    for c in picked.values():
+        res = run_cli("simulate", *c.simulate_args(), "--json", "--no-timeline")
+        assert res.code == 0, (c.label(), res.err)
+        sim = json.loads(res.out)
+        assert sim["makespan"] == pytest.approx(c.pipeline_time_s, rel=1e-9), c.label()
+        assert sim["bubble_fraction"] == pytest.approx(c.bubble_fraction, rel=1e-9), c.label()
+        assert c.step_time_s == pytest.approx(c.pipeline_time_s + c.allreduce_time_s, rel=1e-12)
+
+
+def test_memory_terms_by_hand():
+    sched = build_schedule("1f1b", 8, 16)
+    layout = even_split(BANK.layers, 8)
+    mem = rank_memory(BANK, layout, sched)
+    # rank 0 holds the embedding (V h + s h) and two layers ((4 + 2 f) h^2 + (9 + f) h each)
+    h = BANK.hidden
+    params0 = BANK.vocab * h + BANK.seq_len * h + 2 * (12 * h * h + 13 * h)
+    assert mem[0].params == params0
+    assert bytes_per_param("adam", 2) == 18 and bytes_per_param("sgd", 2) == 14 and bytes_per_param("adam", 4) == 16
+    assert mem[0].state == 18 * params0
+    # 1F1B's rank 0 keeps pp = 8 microbatches; W's kept gradients only exist with a split backward
+    assert mem[0].wgrad_kept == 0
+    zb = rank_memory(BANK, layout, build_schedule("zb-h1", 8, 16))
+    assert zb[0].wgrad_kept > 0 and zb[0].total > mem[0].total
+    assert mem[3].p2p_buffers == 2 * BANK.seq_len * BANK.micro_batch_size * h * BANK.dtype_bytes
+    # tp splits the state, distributed optimizer shards Adam's 12 bytes over dp
+    tp = rank_memory(BANK, layout, sched, Training(tp=2, distributed_optimizer=True), dp=4)
+    assert tp[0].weights == pytest.approx(mem[0].weights / 2) and tp[0].optimizer == pytest.approx(mem[0].optimizer / 8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([f for f in FAMILIES if f not in ("zb-h1", "interleaved-zb", "zbv", "dualpipev")]),
+       st.sampled_from([2, 4]), st.integers(1, 12))
+def test_activation_peak_is_the_simulators(family, pp, m):
+    """Without a split backward the planner's activation term is the simulator's peak_activation_bytes."""
+    chunks = FAMILIES[family].default_chunks
+    try:
+        sched = build_schedule(family, pp, m, None if chunks == 1 else chunks)
+    except ValueError:
+        return
+    layout = even_split(BANK.layers, sched.stages)
+    mem = rank_memory(BANK, layout, sched)
+    from pipeline_kit.layout import stage_costs
+    act = [c.activation_bytes for c in stage_costs(layout, BANK, pp)]
+    res = simulate(sched, activation_bytes=act)
+    assert [r.activations for r in mem] == pytest.approx(res.peak_activation_bytes)
+
+
+def test_split_backward_keeps_gradients_until_w():
+    m = replace(BANK, ffn_mult=4)
+    tokens = m.seq_len * m.micro_batch_size
+    assert wgrad_kept_bytes(m, 2, False, False) == 2 * 9 * tokens * m.hidden * m.dtype_bytes
+    assert wgrad_kept_bytes(m, 0, False, True) == tokens * m.vocab * 4
+
+
+def test_refusals_say_why(bank_search):
+    search = plan(BANK, Hardware(8, 1.0 * GB), global_batch=12)
+    why = {}
+    for c in search.candidates:
+        if not c.fits:
+            why.setdefault((c.refusal, c.schedule, c.pp), c.why_not)
+    assert "not a multiple of dp x micro-batch = 8 x 1 = 8" in why["batch", "1f1b", 1]  # dp=8 does not divide 12
+    assert why["family", "interleaved", 8].startswith("interleaved refuses pp=8, M=12, v=2:")
+    assert "use a multiple of 8" in why["family", "interleaved", 8]
+    assert "needs microbatches >= 2*pp = 16, got 12" in why["family", "dualpipev", 8]
+    memory = why["memory", "gpipe", 8]
+    assert memory.startswith("rank 7 needs ") and "GB over the 1 GB budget" in memory  # L: 16 x fp32 logits
+    none_fit = plan(load_model_spec("llama-70b-ish"), Hardware(64, 80 * GB))
+    assert none_fit.best is None
+    text = explain(none_fit).text
+    assert text.startswith("No candidate fits") and "tensor parallelism" in text
+
+
+def test_breakdown_sums_to_the_step_and_names_a_factor(bank_search):
+    for i in bank_search.ranked[:10]:
+        c = bank_search.candidates[i]
+        parts = breakdown(c)
+        assert set(parts) == set(FACTORS)
+        assert sum(parts.values()) == pytest.approx(c.step_time_s, rel=1e-9)
+        assert all(v >= -1e-12 for v in parts.values())
+    best = bank_search.candidates[bank_search.best]
+    base = bank_search.candidates[baseline(bank_search, best)]
+    assert base.schedule == "1f1b" and base.layout_kind == "even" and base.pp == best.pp
+    factor, gain = deciding_factor(best, base)
+    assert factor in FACTORS and gain > 0
+    why = explain(bank_search)
+    assert why.factor_vs_baseline == factor and f"{1e3 * base.step_time_s:.1f} ms" in why.text
+
+
+def test_memory_decides_when_the_other_does_not_fit():
+    search = plan(BANK, Hardware(8, 1.5 * GB), global_batch=16)
+    refused = next(c for c in search.candidates if c.refusal == "memory")
+    assert deciding_factor(search.candidates[search.best], refused) == ("memory", 0.0)
+
+
+def test_large_model_with_tensor_parallelism_fits_and_is_interactive():
+    search = plan(load_model_spec("llama-70b-ish"), Hardware(1024, 80 * GB),
+                  Training(tp=8, recompute="selective", distributed_optimizer=True))
+    best = search.candidates[search.best]
+    assert best.pp > 1 and best.dp > 1 and best.allreduce_time_s > 0
+    assert best.worst_memory_bytes <= 80 * GB
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--gpus", "0"], "argument --gpus"),
+    (["--gpu-memory-gb", "-1"], "argument --gpu-memory-gb"),
+    (["--schedules", "1f1b,nope"], "argument --schedules"),
+    (["--tp", "3"], "tp=3 does not divide the 8 GPUs"),
+    (["--plot", "/tmp"], "is a folder"),
+    (["--plot", "/tmp/x.txt"], "should end in .png"),
+    (["--synthetic-compute"], "only applies with --verify"),
+    (["--global-batch", "100000000", "--gpus", "1024"], "(MAX_PLAN_OPS)"),
+    (["--config", "nope"], "neither a preset"),
+])
+def test_bad_arguments_are_one_line(args, words):
+    base = {"--config": "bank-pp8", "--gpus": "8", "--gpu-memory-gb": "80"}
+    for i in range(0, len(args), 2):
+        base.pop(args[i], None)
+    argv = ["plan", *[x for kv in base.items() for x in kv], *args]
+    res = run_cli(*argv)
+    assert res.code == 2, (argv, res.out[-500:])
+    assert len(res.err_lines) == 1 and words in res.err, res.err
+
+
+def test_plot_is_written(tmp_path):
+    out = tmp_path / "plan.png"
+    res = run_cli("plan", "--config", "bank-pp8", "--gpus", "8", "--gpu-memory-gb", "2", "--global-batch", "16",
+                  "--plot", str(out))
+    assert res.code == 0, res.err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot: {out}" in res.out
+
+
+def test_the_planner_imports_no_torch_and_no_matplotlib():
+    code = ("import sys, pipeline_kit.plan, pipeline_kit.plan.explain, pipeline_kit.plan.commands; "
+            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_kendall_tau():
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1
+    assert kendall_tau([1], [1]) is None
+
+
+def test_plan_error_names_the_argument():
+    with pytest.raises(PlanError, match="argument gpus"):
+        Hardware(0, GB)
+    with pytest.raises(PlanError, match="schedules"):
+        plan(BANK, Hardware(8, GB), schedules=["nope"])
+
+
+def test_verify_runs_the_top_candidates_for_real(tmp_path):
+    """Two real torchrun jobs with synthetic compute: the report compares, and the peak counts are the simulator's."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "plan", "--config", "tiny", "--gpus", "2",
+                           "--gpu-memory-gb", "1", "--global-batch", "8", "--schedules", "1f1b,gpipe", "--verify", "2",
+                           "--json"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    report = doc["verify"]
+    assert report["mode"] == "synthetic" and len(report["runs"]) == 2
+    for run in report["runs"]:
+        assert run["error"] is None
+        assert run["peak_activations"] == run["predicted_peak_activations"]
+        assert 0.5 < run["ratio"] < 2.0
+    assert report["kendall_tau"] in (-1.0, 0.0, 1.0)
+    assert "memory in bytes (a waiting op allocates nothing)" in report["cannot_confirm"]
+    assert "verify 1/2:" in proc.stderr and "Kendall's tau" in proc.stderr
