@@ -1,6 +1,6 @@
 """How fast is a class's grade?  The batch command against one ``grade`` call per notebook, side by side.
 
-A generated class: ``--students`` students (at least 12 for the targets) x all nine labs, each notebook a model
+A generated class: ``--students`` students (at least 12 for the targets) x all ten labs, each notebook a model
 answer, the untouched lab or a typical wrong answer (from the fairness catalogue, ``tests/fairness_catalogue``),
 in turn.  The same notebooks, with the same seeds (one ``--course-secret``), are graded twice: by
 ``python -m pipeline_kit grade CLASS --gradebook DIR --jobs J`` and by one ``grade NOTEBOOK --seed S`` call after
@@ -121,7 +121,7 @@ def differences(batch_scores: dict, single_scores: dict) -> list[dict]:
 def main(argv=None) -> int:
     p = parser(__file__, __doc__)
     p.add_argument("--students", type=int_between(1, 200, "a generated class; the targets need at least 12"),
-                   default=12, help="students in the generated class, each handing in all nine labs")
+                   default=12, help="students in the generated class, each handing in all ten labs")
     p.add_argument("--jobs", type=int_between(1, 64, "grades at a time"), default=len(os.sched_getaffinity(0)),
                    help="the batch's --jobs")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the figures to FILE")
@@ -132,8 +132,9 @@ def main(argv=None) -> int:
         secret = tmp / "secret"
         secret.write_bytes(SECRET)
         notebooks = make_class(tmp / "class", args.students)
-        print(f"{len(notebooks)} notebooks: {args.students} students x 9 labs, a third each model answers, untouched "
-              f"labs and typical wrong answers; batch with --jobs {args.jobs}", flush=True)
+        labs = len(notebooks) // args.students
+        print(f"{len(notebooks)} notebooks: {args.students} students x {labs} labs, a third each model answers, "
+              f"untouched labs and typical wrong answers; batch with --jobs {args.jobs}", flush=True)
         batch_s, batch_scores = batch(tmp / "class", tmp / "book", secret, args.jobs)
         print(f"batch: {batch_s:.0f} s", flush=True)
         single_s, single_scores = one_at_a_time(notebooks)

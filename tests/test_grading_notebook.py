@@ -57,7 +57,7 @@ def test_labs_hide_solutions_and_hidden_tests():
 
 
 def test_points_follow_the_bank_rubric():
-    """Each question's checks add up to 10 (main) + 5 (follow-up); the labs cover M041-M054 and ZB-V."""
+    """Each question's checks add up to 10 (main) + 5 (follow-up); the labs cover M041-M054, ZB-V and planning."""
     totals = defaultdict(float)
     for lab in lab_names():
         nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
@@ -78,7 +78,7 @@ def test_points_follow_the_bank_rubric():
     for q in QUESTIONS:
         assert totals[q, "main"] == 10, (q, dict(totals))
         assert totals[q, "follow"] == 5, (q, dict(totals))
-    assert len(totals) == 2 * len(QUESTIONS) == 30
+    assert len(totals) == 2 * len(QUESTIONS) == 32
 
 
 def test_nbgrader_generates_the_same_lab(tmp_path):

@@ -20,7 +20,7 @@ from pipeline_kit.grading import kernel, remote, serve
 from pipeline_kit.grading.notebook import is_answer, is_test, nbgrader_meta
 
 LABS = ["lab01_schedule_selection", "lab02_timelines", "lab03_bubble", "lab04_1f1b_generator", "lab05_p2p",
-        "lab06_stages", "lab07_imbalance", "lab08_interleaved", "lab09_zero_bubble_v"]
+        "lab06_stages", "lab07_imbalance", "lab08_interleaved", "lab09_zero_bubble_v", "lab10_planning"]
 REAL_RUNS = ("torchrun(", ".real_trace()", ".real_hang(", ".real_summary()", ".grader_run(")
 SEEDS = [*range(6), 721020450]  # and the seed of a CI run whose draw the wire refused (see above)
 

@@ -47,9 +47,10 @@ def is_test(cell) -> bool:
 
 
 # A test cell is named after the rubric point it grades: ``m044_main_formula``, ``zbv_follow_memory``.  The
-# questions are the bank's M041-M054 and ``zbv`` (lab 9's zero-bubble V schedules, beyond the bank).
-RUBRIC_ID = re.compile(r"(m0\d\d|zbv)_(main|follow)_\w+\Z")
-QUESTIONS = tuple(f"m{n:03d}" for n in range(41, 55)) + ("zbv",)
+# questions are the bank's M041-M054, ``zbv`` (lab 9's zero-bubble V schedules) and ``plan`` (lab 10's capstone,
+# planning a pipeline), both beyond the bank.
+RUBRIC_ID = re.compile(r"(m0\d\d|zbv|plan)_(main|follow)_\w+\Z")
+QUESTIONS = tuple(f"m{n:03d}" for n in range(41, 55)) + ("zbv", "plan")
 
 
 def rubric_part(grade_id: str) -> tuple[str, str] | None:

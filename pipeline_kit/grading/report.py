@@ -82,6 +82,7 @@ class Report:
 
 
 def question_label(key: str) -> str:
-    """``m043_main`` -> ``M043 main``, ``zbv_follow`` -> ``ZBV follow-up``: a subtotal's name for people."""
+    """``m043_main`` -> ``M043 main``, ``zbv_follow`` -> ``ZBV follow-up``, ``plan_main`` -> ``PLAN main``: a
+    subtotal's name for people."""
     question, _, kind = key.partition("_")
     return f"{question.upper()} {'main' if kind == 'main' else 'follow-up'}"

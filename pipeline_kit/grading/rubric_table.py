@@ -13,13 +13,16 @@ from html import escape
 from .notebook import QUESTIONS, rubric_part
 from .verdict import headline, points
 
+# the questions beyond the interview question bank, by their titles for people
+BEYOND_THE_BANK = {"zbv": "zero-bubble V (beyond the bank)", "plan": "planning a pipeline (beyond the bank)"}
+
 
 def _group(name: str) -> str:
     part = rubric_part(name)
     if part is None:
         return "other checks"
     question, kind = part
-    title = "zero-bubble V (beyond the bank)" if question == "zbv" else question.upper()
+    title = BEYOND_THE_BANK.get(question, question.upper())
     return f"{title} · {'main question' if kind == 'main' else 'follow-up'}"
 
 

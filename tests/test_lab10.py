@@ -1,0 +1,172 @@
+"""Lab 10 (planning a pipeline): typical wrong answers lose exactly their points, with feedback naming the mistake;
+forged values score nothing; the checks' expected values are the planner's (rank_memory, its prediction,
+deciding_factor)."""
+
+import random
+
+import nbformat
+import pytest
+from fairness_catalogue import lab10 as catalogue
+from lab_grading import LABS, SOLUTIONS, assert_partial, grade_answers
+
+from pipeline_kit.grading.engine import grade
+from pipeline_kit.grading.labs import lab10
+from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.grading.notebook import nbgrader_meta
+from pipeline_kit.grading.questions import plan_problem
+from pipeline_kit.layout import even_split
+
+LAB = "lab10_planning"
+
+
+def _answer(gid: str) -> str:
+    nb = nbformat.read(str(SOLUTIONS / f"{LAB}.ipynb"), as_version=4)
+    return next(c.source for c in nb.cells if nbgrader_meta(c).get("grade_id") == gid)
+
+
+def kit_terms(model, config):
+    """The kit's own terms (what a right memory_terms returns)."""
+    return [{t: getattr(r, t) for t in lab10.TERMS} for r in plan_problem.sized(model, config)]
+
+
+BEST = plan_problem.best()
+CHOICE = {"schedule": BEST.schedule, "pp": BEST.pp, "chunks": BEST.chunks, "microbatches": BEST.microbatches,
+          "layout": BEST.layout}
+
+
+# -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
+def test_typical_wrong_answers(tmp_path):
+    """Adam's state forgotten, the average rank sized, decide upside down -- each in its own answer cell."""
+    answers = {"memory": _answer("memory") + "\n\n" + catalogue.NO_OPTIMIZER,
+               "choice": _answer("choice") + "\n\n" + catalogue.AVERAGE_RANK,
+               "rule": catalogue.UPSIDE_DOWN}
+    report = grade_answers(tmp_path, LAB, answers, timeout=120)
+    assert_partial(report, {"plan_main_memory": "the optimizer state is missing",
+                            "plan_main_worst": "that is the average of your own ranks",
+                            "plan_follow_rule": "upside down"})
+    points = {c.name: c.points for c in report.checks}
+    assert points["plan_main_memory"] == 2.5  # one term of six
+    assert report.score == 15 - 0.5 - 2 - 2
+
+
+def test_forgeries_score_zero(tmp_path):
+    """The untouched lab with forged answers: values equal to everything, the kit's checks and planner patched in
+    the kernel -- the grader judges plain data with its own planner."""
+    forged = '''
+import sys
+import pipeline_kit.plan.memory as memory
+memory.rank_memory = lambda *a, **k: []
+for module in list(sys.modules.values()):
+    if getattr(module, "__name__", "").startswith("pipeline_kit.grading"):
+        for attr in dir(module):
+            if attr.startswith(("check_", "fail", "call", "expect_")):
+                setattr(module, attr, lambda *a, **k: None)
+
+
+class Any(float):
+    def __eq__(self, other):
+        return True
+    __hash__ = float.__hash__
+
+
+class Yes(str):
+    def __eq__(self, other):
+        return True
+    __hash__ = str.__hash__
+
+
+my_config = {"schedule": Yes("zbv"), "pp": 8, "chunks": 2, "microbatches": 12, "layout": Yes("E|L")}
+my_worst_bytes = Any(1.0)
+my_step_time_s = Any(1.0)
+'''
+    nb = nbformat.read(str(LABS / f"{LAB}.ipynb"), as_version=4)
+    for cell in nb.cells:
+        gid = nbgrader_meta(cell).get("grade_id")
+        if gid == "choice":
+            cell.source = forged
+        elif gid == "factor":
+            cell.source = "class Word(str):\n    def __eq__(self, other):\n        return True\n" \
+                          "    __hash__ = str.__hash__\n\n\nmy_factor = Word('bubble')\n"
+    path = tmp_path / "forged.ipynb"
+    nbformat.write(nb, str(path))
+    report = grade(path, seed=2)
+    assert report.max_score == 15 and report.score == 0, report.text()
+
+
+# -- the checks themselves, called directly --------------------------------------------------
+def test_the_planners_best_scores_full_marks():
+    worst = BEST.worst_memory_bytes
+    lab10.check_feasible(CHOICE)
+    lab10.check_worst(worst, CHOICE)
+    lab10.check_step_time(BEST.step_time_s, CHOICE)
+    lab10.check_baseline(plan_problem.baseline_of(BEST.pp).step_time_s, CHOICE)
+    assert CHOICE["schedule"] != "1f1b"  # the lab's problem has something to explain against plain 1F1B
+    lab10.check_factor("bubble", CHOICE)
+
+
+def test_memory_terms_are_the_kits():
+    cases = lab10.memory_cases() + lab10.hidden_memory_cases(random.Random(5))
+    lab10.check_memory_terms(kit_terms, cases)
+
+    def wrong(term, value):
+        return lambda m, c: [{**t, term: value(t)} for t in kit_terms(m, c)]
+    for term, value, text in [("optimizer", lambda t: 0, "the optimizer state is missing"),
+                              ("optimizer", lambda t: 4 * t["weights"], "no fp32 master copy"),
+                              ("gradients", lambda t: t["weights"], "fp32 main_grad"),
+                              ("wgrad_kept", lambda t: 0, "W's kept gradients are missing"),
+                              ("p2p_buffers", lambda t: t["p2p_buffers"] / 2, "one for its gradient")]:
+        with pytest.raises(LabCheckFailed, match=text) as info:
+            lab10.check_memory_terms(wrong(term, value), lab10.memory_cases())
+        assert info.value.lost == pytest.approx(1 / 6)
+    with pytest.raises(LabCheckFailed, match="one dict per rank"):
+        lab10.check_memory_terms(lambda m, c: kit_terms(m, c)[0], lab10.memory_cases())
+
+
+def test_feasibility_quotes_the_family_and_the_budget():
+    refused = {**CHOICE, "schedule": "interleaved", "chunks": 3, "layout": str(even_split(24, 24))}
+    with pytest.raises(LabCheckFailed, match="interleaved refuses pp=8, M=12") as info:
+        lab10.check_feasible(refused)
+    assert info.value.lost == 1.0
+    with pytest.raises(LabCheckFailed, match="M follows from the global batch"):
+        lab10.check_feasible({**CHOICE, "microbatches": 16})
+    over = {**CHOICE, "layout": str(even_split(24, 16))}  # ZB-V on the even split: its rank 0 is over
+    with pytest.raises(LabCheckFailed, match="does not fit the budget") as info:
+        lab10.check_feasible(over)
+    assert info.value.lost == 0.5
+    with pytest.raises(LabCheckFailed, match="cannot run"):
+        lab10.check_worst(1.0, refused)
+
+
+def test_worst_step_baseline_and_factor_name_the_mistake():
+    totals = BEST.peak_memory_bytes
+    with pytest.raises(LabCheckFailed, match="average rank"):
+        lab10.check_worst(sum(totals) / len(totals), CHOICE)
+    with pytest.raises(LabCheckFailed, match="in GB"):
+        lab10.check_worst(BEST.worst_memory_bytes / 1e9, CHOICE)
+    with pytest.raises(LabCheckFailed, match="milliseconds") as info:
+        lab10.check_step_time(1e3 * BEST.step_time_s, CHOICE)
+    assert info.value.lost == 0.5
+    slow = {**CHOICE, "schedule": "1f1b", "chunks": 1, "layout": str(even_split(24, 8))}
+    with pytest.raises(LabCheckFailed, match="more than 5 % slower"):
+        lab10.check_step_time(plan_problem.baseline_of(8).step_time_s, slow)
+    with pytest.raises(LabCheckFailed, match="the baseline itself"):
+        lab10.check_factor("bubble", slow)
+    with pytest.raises(LabCheckFailed, match="balanced layout"):
+        balanced = plan_problem.runnable({**slow, "layout": str(plan_problem._balanced(plan_problem.LAB_MODEL, 8))})
+        lab10.check_baseline(balanced.step_time_s, CHOICE)
+    with pytest.raises(LabCheckFailed, match="memory did not decide"):
+        lab10.check_factor("memory", CHOICE)
+    with pytest.raises(LabCheckFailed, match="choose one of"):
+        lab10.check_factor("the bubble", CHOICE)
+
+
+def test_decide_rule():
+    def right(winner, other):
+        return "memory" if other is None else max(lab10.FACTORS, key=lambda f: other[f] - winner[f])
+    lab10.check_decide(right, lab10.decide_cases() + lab10.hidden_decide_cases(random.Random(3)))
+    with pytest.raises(LabCheckFailed, match="upside down"):
+        lab10.check_decide(lambda w, o: min(lab10.FACTORS, key=lambda f: o[f] - w[f]), lab10.decide_cases())
+    with pytest.raises(LabCheckFailed, match="the other's largest part"):
+        lab10.check_decide(lambda w, o: max(lab10.FACTORS, key=o.__getitem__), lab10.decide_cases())
+    with pytest.raises(LabCheckFailed, match="does not fit at all"):
+        lab10.check_decide(lambda w, o: "bubble", lab10.hidden_decide_cases(random.Random(0))[1:2])
