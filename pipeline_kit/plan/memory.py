@@ -20,9 +20,11 @@ way, and each term has to be one a reader can check by hand.  Per rank ``r`` of 
 * **P2P buffers** -- one receive buffer for the activation and one for its gradient per chunk,
   ``2 v s b h dtype_bytes`` (none without a pipeline).
 
-Not counted, and said so wherever a figure is shown: the CUDA context and allocator fragmentation (leave a
-few GB of headroom), the distributed optimizer's sharding, and recomputation.  The peak is the largest sum
-over the rank's op order -- memory only changes at the rank's own ops, so no timing is needed.
+:class:`Training` changes these terms: ``tp`` divides every one of them, ``recompute`` the activations, the
+distributed optimizer shards the optimizer state over the data-parallel replicas.  Not counted, and said so
+wherever a figure is shown: the CUDA context and allocator fragmentation (leave a few GB of headroom), and the
+buffers of tensor parallelism's own communication.  The peak is the largest sum over the rank's op order --
+memory only changes at the rank's own ops, so no timing is needed.
 """
 
 from __future__ import annotations
