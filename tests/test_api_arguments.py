@@ -103,7 +103,7 @@ CALLS = [
     ("Schedule.stages_of", SCHED.stages_of, dict(rank=1), {}),
     ("Schedule.op_text", SCHED.op_text, dict(op=F0), {}),
     ("Schedule.to_text", SCHED.to_text, {}, {}),
-    ("Schedule.to_grid", SCHED.to_grid, {}, {}),
+    ("Schedule.to_grid", SCHED.to_grid, dict(width=None), {}),
     ("Schedule.to_dict", SCHED.to_dict, {}, {}),
     ("Schedule.to_json", SCHED.to_json, {}, {}),
     ("Op.parse", Op.parse, dict(text="F0"), {"text": ("is not an op", "beyond the kit's limits")}),

@@ -127,3 +127,23 @@ def test_bad_placement_is_refused_with_the_rule():
         Schedule.from_text("# pp=1 chunks=1 placement=v\nr0: F0\n")
     with pytest.raises(ValueError, match="placement 'v' puts exactly 2 chunks"):
         Schedule("x", 2, 2, 3, placement="v")
+
+
+@pytest.mark.parametrize("name,pp,m,v", [("interleaved", 4, 8, 2), ("zbv", 4, 8, None), ("1f1b", 8, 16, None)])
+@pytest.mark.parametrize("width", [24, 40, 76])
+def test_a_grid_wrapped_at_a_width_keeps_every_line_within_it_and_reads_back(name, pp, m, v, width):
+    sched = build_schedule(name, pp, m, v)
+    grid = sched.to_grid(width=width)
+    assert max(len(line) for line in grid.splitlines()) <= width
+    blocks = grid.rstrip("\n").split("\n\n")
+    heads = [b.splitlines()[0] for b in blocks]
+    assert len(blocks) > 1 and all(h.startswith("op") for h in heads), heads
+    sizes = [len(b.splitlines()[1].split()) - 1 for b in blocks]  # columns of each block, by rank 0's row
+    assert max(sizes) - min(sizes) <= 1  # the blocks as even as can be
+    rows = {}
+    for block in blocks:  # rank r's pieces, block after block, are rank r's whole order
+        for line in block.splitlines()[1:]:
+            label, _, ops = line.partition(":")
+            rows.setdefault(label, []).extend(ops.split())
+    assert Schedule.from_text("\n".join(f"{k}: {' '.join(ops)}" for k, ops in rows.items())).ranks == sched.ranks
+    assert sched.to_grid(width=10_000) == sched.to_grid()  # a width that holds it all changes nothing

@@ -239,15 +239,29 @@ class Schedule:
             lines.append(f"r{r}: " + " ".join(op.text(self.chunks > 1) for op in ops))
         return "\n".join(lines) + "\n"
 
-    def to_grid(self) -> str:
-        """The per-rank orders as an aligned text grid (column k = the k-th op of each rank)."""
+    def to_grid(self, width: int | None = None) -> str:
+        """The per-rank orders as an aligned text grid (column k = the k-th op of each rank).
+
+        ``width``: the most characters a line may take (a book column holds 76).  A wider grid is cut
+        into blocks of columns of about equal size, one under the other, separated by a blank line and
+        each headed ``ops 1-10 of 32``; a block holds at least one column, however narrow ``width`` is.
+        """
+        width = Arguments("Schedule.to_grid").integer("width", width, none=True)
         cells = [[op.text(self.chunks > 1) for op in ops] for ops in self.ranks]
-        width = max((len(c) for row in cells for c in row), default=1)
-        label = len(f"r{self.pp - 1}")
-        lines = []
-        for r, row in enumerate(cells):
-            lines.append(f"r{r}:".ljust(label + 2) + " ".join(c.ljust(width) for c in row).rstrip())
-        return "\n".join(lines) + "\n"
+        cell = max((len(c) for row in cells for c in row), default=1)
+        label = len(f"r{self.pp - 1}") + 2
+        total = max((len(row) for row in cells), default=0)
+        fits = total if width is None else max(1, (width - label + 1) // (cell + 1))  # columns a line holds
+        blocks = -(-total // fits) if total > fits else 1
+        out = []
+        for b in range(blocks):  # the blocks as even as can be
+            first, last = b * total // blocks, (b + 1) * total // blocks
+            lines = [f"ops {first + 1}-{last} of {total}" if last > first + 1 else f"op {last} of {total}"] \
+                if blocks > 1 else []
+            for r, row in enumerate(cells):
+                lines.append(f"r{r}:".ljust(label) + " ".join(c.ljust(cell) for c in row[first:last]).rstrip())
+            out.append("\n".join(lines))
+        return "\n\n".join(out) + "\n"
 
     @classmethod
     def from_text(cls, text: str, name: str | None = None) -> Schedule:

@@ -91,19 +91,23 @@ def _legend_below(fig: Figure, axes, ncol: int = 4) -> float:
 
 
 def stacked_timelines(timelines: list[Timeline], width: float = COLUMN_IN, row_in: float = 0.34,
-                      **kwargs) -> Figure:
-    """Timelines one above the other on a shared time axis, legend below; ``kwargs`` go to draw_timeline."""
+                      xmax: float | None = None, **kwargs) -> Figure:
+    """Timelines one above the other on a shared time axis, legend below; ``kwargs`` go to draw_timeline.
+
+    The time axis ends at ``xmax``, by default just past the longest makespan: give several figures the
+    same ``xmax`` and they compare at a glance.  Boxes are numbered where the number fits at a readable size.
+    """
     kwargs.setdefault("labels", "auto")
     extra = 0.25 * bool(kwargs.get("phases")) + 0.4 * bool(kwargs.get("first_backward"))
     heights = [tl.pp * row_in + 0.45 + extra for tl in timelines]
     legend_in = 0.8
     fig = KitFigure(figsize=(width, sum(heights) + 0.45 + legend_in))
     axes = fig.subplots(len(timelines), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    xmax = xmax or max(tl.makespan for tl in timelines) * 1.01
     for i, (tl, ax) in enumerate(zip(timelines, axes)):
-        draw_timeline(tl, ax, legend=True, tight=False, **kwargs)
+        draw_timeline(tl, ax, legend=True, tight=False, xmax=xmax, **kwargs)
         if i < len(timelines) - 1:
             ax.set_xlabel("")
-    axes[0].set_xlim(0, max(tl.makespan for tl in timelines) * 1.01)
     need = _legend_below(fig, axes, ncol=4)
     fig.tight_layout(rect=(0, need / fig.get_size_inches()[1], 1, 1))
     return fig
