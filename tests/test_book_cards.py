@@ -43,6 +43,16 @@ def test_every_card_file_passes_its_own_checks():
     assert problems == []
 
 
+def test_no_card_shows_a_placeholder():
+    """Every {name} a card's words hold is filled with its computed number, the rubric's too (M051's follow-up
+    once showed '{ranks} ranks' in both languages)."""
+    import re
+    labels = cards.book_labels()
+    for q in cards.ORDER:
+        html = cards.card_html(cards.load(q), "../", labels)
+        assert not re.search(r"\{[a-z_0-9]+\}", html), (q, re.findall(r".{40}\{[a-z_0-9]+\}.{20}", html)[:3])
+
+
 @pytest.fixture(scope="module")
 def cards_page(book_html, browser):  # noqa: F811
     open_page(browser, book_html, "cards")

@@ -106,6 +106,8 @@ def problems(card: Card, labels: set[str] | None = None) -> list[str]:
         for lang in ("en", "zh"):
             if not item.get(lang):
                 out.append(f"{q}: rubric[{i}].{lang} is missing")
+            else:
+                fill(item[lang], card.values, f"{q} rubric[{i}].{lang}")  # its numbers exist, as the card fills them
         note = item.get("note")
         if note is not None:
             for lang in ("en", "zh"):
@@ -174,7 +176,8 @@ def _side(card: Card, lang: str, base: str, labels: dict) -> str:
             note = item.get("note")
             shown = (f'<div class="pk-card-note"><b>{escape(w["note"])}:</b> '
                      f'{escape(tidy(fill(note[lang], card.values, card.question), lang))}</div>' if note else "")
-            rows.append(f'<tr><td class="pk-card-box">☐</td><td>{escape(tidy(item[lang], lang))}{shown}</td>'
+            text = fill(item[lang], card.values, card.question)
+            rows.append(f'<tr><td class="pk-card-box">☐</td><td>{escape(tidy(text, lang))}{shown}</td>'
                         f'<td class="pk-card-pts">{item["points"]:g}</td></tr>')
     numbers = "".join(f'<li>{escape(tidy(n[lang], lang))}: '
                       f'<b>{escape(format(card.values[n["key"]], n.get("format", "")))}</b></li>' for n in d["numbers"])
