@@ -90,10 +90,10 @@ def refuse_before_starting(args, local_world: int) -> str | None:
     """What every rank refuses alike before any process group forms or any step runs: a backend the machine
     cannot give, and a model whose estimated memory passes ``MAX_RUN_MEMORY_BYTES``.  (The output paths are
     rank 0's to check and reserve: :func:`pipeline_kit.runtime.outputs.reserve_outputs`.)"""
-    from .layout.costs import embedding_params, layer_activation_bytes, layer_params, loss_params
+    from .layout.costs import layer_activation_bytes, model_params
     from .limits import MAX_RUN_MEMORY_BYTES
     m = _model_spec(args)
-    params = embedding_params(m) + m.layers * layer_params(m) + loss_params(m)
+    params = model_params(m)
     logits = m.seq_len * m.micro_batch_size * m.vocab * 4
     estimate = 3 * 4 * params + args.microbatches * (m.layers * layer_activation_bytes(m) + 2 * logits)
     if estimate > MAX_RUN_MEMORY_BYTES:

@@ -130,6 +130,12 @@ def loss_params(m: ModelSpec) -> int:
     return m.vocab * m.hidden + 2 * m.hidden
 
 
+def model_params(m: ModelSpec) -> int:
+    """Every parameter of the model, summed over its stages (the output layer counted even when tied, as the
+    last stage keeps its own copy)."""
+    return embedding_params(m) + m.layers * layer_params(m) + loss_params(m)
+
+
 def layer_flops_per_token(m: ModelSpec) -> int:
     h = m.hidden
     return (8 + 4 * m.ffn_mult) * h * h + 4 * m.seq_len * h

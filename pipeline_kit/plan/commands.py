@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from ..argtypes import UsageError, int_at_most, non_negative_float, positive_float
 from ..inputs import check_output_path, strict_json
-from ..layout.costs import PRESETS
+from ..layout.costs import PRESETS, model_params
 from ..layout.commands import _config
 from ..layout.spec import LayoutError
 from ..schedules import FAMILIES
@@ -67,7 +68,6 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 def search_from_args(args: argparse.Namespace) -> Search:
     spec = _config(args.config)
     if args.micro_batch_size is not None:
-        from dataclasses import replace
         spec = replace(spec, micro_batch_size=args.micro_batch_size)
     try:
         hw = Hardware(args.gpus, args.gpu_memory_gb * GB, args.tflops, args.p2p_gbps, args.p2p_latency_us)
@@ -88,7 +88,7 @@ def _progress(done: int, total: int) -> None:
 def report(search: Search, top: int) -> str:
     """The text report: the inputs, the top candidates, the refusals by kind, and why."""
     m, hw, tr = search.model, search.hardware, search.training
-    params = sum(r.params for r in _any_memory(search)) * tr.tp
+    params = model_params(m)
     lines = [f"plan: {search.model_name} ({m.layers} layers, hidden {m.hidden}, vocab {m.vocab}, seq {m.seq_len}; "
              f"{params / 1e9:.2f}B parameters) on {hw.gpus} GPUs x {hw.gpu_memory_bytes / GB:g} GB",
              f"      global batch {search.global_batch} x {m.seq_len} tokens, micro-batch {m.micro_batch_size}; "
@@ -124,13 +124,6 @@ def report(search: Search, top: int) -> str:
     lines.append("memory counts weights, fp32 grads, optimizer state, peak activations (+ W's kept gradients) and "
                  "P2P buffers; not the CUDA context or fragmentation: keep a few GB free")
     return "\n".join(lines)
-
-
-def _any_memory(search: Search):
-    for c in search.candidates:
-        if c.memory:
-            return c.memory
-    return []
 
 
 def to_json(search: Search) -> dict:

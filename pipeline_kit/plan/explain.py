@@ -49,7 +49,11 @@ def deciding_factor(winner: Candidate, other: Candidate) -> tuple[str, float]:
     when ``other`` does not fit."""
     if not other.fits:
         return "memory", 0.0
-    a, b = breakdown(winner), breakdown(other)
+    return _largest_saving(breakdown(winner), breakdown(other))
+
+
+def _largest_saving(a: dict[str, float], b: dict[str, float]) -> tuple[str, float]:
+    """Of two breakdowns, the factor in which ``a`` saves most over ``b``, and how much."""
     factor = max(FACTORS, key=lambda f: b[f] - a[f])
     return factor, b[factor] - a[factor]
 
@@ -83,14 +87,15 @@ class Why:
     factor_vs_baseline: str | None
 
 
-def _against(best: Candidate, other: Candidate, role: str) -> tuple[str, str]:
+def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str) -> tuple[str, str]:
+    """The sentence on ``best`` (whose breakdown is ``a``) against ``other``, and the factor that decided."""
     if other is best:
         return f"It is itself the {role}.", None
-    factor, gain = deciding_factor(best, other)
-    if factor == "memory":
+    if not other.fits:
         return (f"Against the {role}, {other.label()}: {FACTOR_WORDS['memory']} decided -- it does not fit "
-                f"({other.why_not}).", factor)
-    a, b = breakdown(best), breakdown(other)
+                f"({other.why_not}).", "memory")
+    b = breakdown(other)
+    factor, gain = _largest_saving(a, b)
     rest = ", ".join(f"{f} {1e3 * (b[f] - a[f]):+.1f} ms" for f in FACTORS if f != factor and abs(b[f] - a[f]) > 5e-5)
     return (f"Against the {role}, {other.label()} at {1e3 * other.step_time_s:.1f} ms: {FACTOR_WORDS[factor]} decided "
             f"({factor} {1e3 * gain:+.1f} ms for the {role}" + (f"; the other factors: {rest}" if rest else "")
@@ -113,10 +118,11 @@ def explain(search: Search) -> Why:
              f"{100 * best.bubble_fraction:.1f} %, worst rank {best.worst_memory_bytes / GB:.1f} GB of "
              f"{search.hardware.gpu_memory_bytes / GB:g} GB."]
     vs_runner = vs_base = None
+    mine = breakdown(best)  # (each breakdown simulates the step again without P2P: once per candidate)
     if runner is not None:
-        text, vs_runner = _against(best, search.candidates[runner], "runner-up")
+        text, vs_runner = _against(best, mine, search.candidates[runner], "runner-up")
         parts.append(text)
     if base is not None:
-        text, vs_base = _against(best, search.candidates[base], "plain 1F1B baseline")
+        text, vs_base = _against(best, mine, search.candidates[base], "plain 1F1B baseline")
         parts.append(text)
     return Why(" ".join(parts), ranked[0], runner, base, vs_runner, vs_base)

@@ -60,6 +60,10 @@ class Hardware:
     def latency(self) -> float:
         return self.p2p_latency_us * 1e-6
 
+    def p2p_seconds(self, nbytes: float) -> float:
+        """One transfer of ``nbytes``: the latency, then the bytes at the link's bandwidth (no contention)."""
+        return self.latency + nbytes / self.bandwidth
+
 
 @dataclass
 class Candidate:
@@ -230,7 +234,7 @@ def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_ba
     start = time.perf_counter()
     items = item_times(m, hw, training)
     p2p_bytes = boundary_bytes(m) // training.tp  # sequence parallelism sends each tp rank its share
-    p2p_time = hw.latency + p2p_bytes / hw.bandwidth
+    p2p_time = hw.p2p_seconds(p2p_bytes)
     shapes = list(_shapes(m, ranks, families))
     out: list[Candidate] = []
     for done, (name, pp, v) in enumerate(shapes):
@@ -254,11 +258,33 @@ def bwd_ratio(training: Training) -> int:
     return 3 if training.recompute == "full" else 2
 
 
+def balanced_layout(m: ModelSpec, items: ItemTimes, stages: int) -> Layout:
+    """The balancer's cut of E, the layers and L into ``stages`` stages, by each item's forward + backward time."""
+    return layout_from_cuts(best_cuts([f + b for f, b in zip(items.fwd, items.bwd)], stages), m.layers)
+
+
 def _layouts(m: ModelSpec, items, stages: int) -> list[tuple[str, Layout]]:
-    even = even_split(m.layers, stages)
-    costs = [f + b for f, b in zip(items.fwd, items.bwd)]
-    balanced = layout_from_cuts(best_cuts(costs, stages), m.layers)
+    even, balanced = even_split(m.layers, stages), balanced_layout(m, items, stages)
     return [("even", even)] + ([("balanced", balanced)] if str(balanced) != str(even) else [])
+
+
+def family_refusal(name: str, pp: int, microbatches: int, v: int, exc: Exception) -> str:
+    """What a family's refusal of a shape says: the shape, then the family's own reason."""
+    return f"{name} refuses pp={pp}, M={microbatches}" + (f", v={v}" if v > 1 else "") + f": {exc}"
+
+
+def size(cand: Candidate, m: ModelSpec, hw: Hardware, training: Training, layout: Layout, sched) -> bool:
+    """Size every rank of ``cand`` (:func:`~.memory.rank_memory`); False, with ``why_not`` saying which rank and by
+    how much, when the worst rank passes the budget."""
+    cand.memory = rank_memory(m, layout, sched, training, cand.dp)
+    worst = cand.worst_rank
+    need = cand.memory[worst].total
+    if need <= hw.gpu_memory_bytes:
+        return True
+    cand.why_not = (f"rank {worst} needs {need / GB:.2f} GB, {(need - hw.gpu_memory_bytes) / GB:.2f} GB over the "
+                    f"{hw.gpu_memory_bytes / GB:g} GB budget")
+    cand.refusal = "memory"
+    return False
 
 
 def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes) -> list[Candidate]:
@@ -279,27 +305,18 @@ def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_b
         sched = build_schedule(name, pp, mb, v if FAMILIES[name].chunks != "one" else None)
     except (ScheduleConfigError, LimitError) as exc:
         return [Candidate(**base, microbatches=mb, layout=None, layout_kind="even", refusal="family",
-                          why_not=f"{name} refuses pp={pp}, M={mb}" + (f", v={v}" if v > 1 else "") + f": {exc}")]
+                          why_not=family_refusal(name, pp, mb, v, exc))]
     out = []
     for kind, layout in _layouts(m, items, stages):
         cand = Candidate(**base, microbatches=mb, layout=str(layout), layout_kind=kind)
+        out.append(cand)
         try:
-            cand.memory = rank_memory(m, layout, sched, training, dp)
+            fits = size(cand, m, hw, training, layout, sched)
         except LayoutError as exc:
             cand.why_not, cand.refusal = f"layout {layout}: {exc}", "layout"
-            out.append(cand)
             continue
-        worst = cand.worst_rank
-        need = cand.memory[worst].total
-        if need > hw.gpu_memory_bytes:
-            over = (need - hw.gpu_memory_bytes) / GB
-            cand.why_not = (f"rank {worst} needs {need / GB:.1f} GB, {over:.1f} GB over the "
-                            f"{hw.gpu_memory_bytes / GB:g} GB budget")
-            cand.refusal = "memory"
-            out.append(cand)
-            continue
-        predict(cand, m, hw, training, global_batch, items, layout, sched)
-        out.append(cand)
+        if fits:  # only what fits is simulated: the rest needs no step time
+            predict(cand, m, hw, training, global_batch, items, layout, sched)
     return out
 
 

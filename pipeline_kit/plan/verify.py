@@ -63,9 +63,8 @@ def verify(search: Search, k: int, synthetic: bool | None = None, log=None, time
     for i in search.ranked[:k]:
         c = search.candidates[i]
         (chosen if c.pp <= min(ranks_here, MAX_RANKS) else skipped).append(i)
-    fastest = min((search.candidates[i].pipeline_time_s for i in chosen), key=lambda t: t, default=0.0)
-    busiest = next((max(search.candidates[i].busy_s) for i in chosen
-                    if search.candidates[i].pipeline_time_s == fastest), 0.0)
+    fastest = min(chosen, key=lambda i: search.candidates[i].pipeline_time_s, default=None)
+    busiest = max(search.candidates[fastest].busy_s) if fastest is not None else 0.0
     scale = TARGET_STEP_S / busiest if synthetic and busiest else 1.0
     runs = []
     folder = tempfile.mkdtemp(prefix="pipeline-kit-verify-")

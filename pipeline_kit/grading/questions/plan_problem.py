@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 
 from ...layout import ModelSpec, parse_layout
-from ...layout.balance import best_cuts, even_split, layout_from_cuts
+from ...layout.balance import even_split
 from ...layout.costs import boundary_bytes
 from ...layout.spec import LayoutError
 from ...limits import LimitError
 from ...plan.memory import Training, rank_memory
-from ...plan.search import Candidate, Hardware, Search, item_times, plan, predict
+from ...plan.search import (Candidate, Hardware, Search, balanced_layout, family_refusal, item_times, plan, predict,
+                            size)
 from ...schedules import FAMILIES, ScheduleConfigError, build_schedule
 from ..parts import plural
 from .common import LabCheckFailed, describe, drawn, expect_int, expect_keys, expect_type, fail
@@ -78,7 +79,7 @@ def schedule_of(name: str, pp: int, chunks: int, m: int, what: str = "my_config"
     try:
         return build_schedule(name, pp, m, chunks if FAMILIES[name].chunks != "one" else None)
     except (ScheduleConfigError, LimitError) as exc:
-        fail(f"{what}: {name} refuses pp={pp}, M={m}" + (f", v={chunks}" if chunks > 1 else "") + f": {exc}")
+        fail(f"{what}: {family_refusal(name, pp, m, chunks, exc)}")
 
 
 def layout_of(text: str, model: ModelSpec, stages: int, what: str = "my_config"):
@@ -123,15 +124,10 @@ def runnable(config, what: str = "my_config") -> Candidate:
     training = Training()
     p2p_bytes = boundary_bytes(model)
     cand = Candidate(schedule=name, pp=pp, dp=dp, chunks=chunks, microbatches=m, layout=str(layout),
-                     layout_kind="yours", p2p_time_s=hw.latency + p2p_bytes / hw.bandwidth, p2p_bytes=p2p_bytes)
-    cand.memory = rank_memory(model, layout, sched, training, dp)
+                     layout_kind="yours", p2p_time_s=hw.p2p_seconds(p2p_bytes), p2p_bytes=p2p_bytes)
+    size(cand, model, hw, training, layout, sched)  # the planner's sizing and refusal, fitting or not ...
     predict(cand, model, hw, training, LAB_GLOBAL_BATCH, item_times(model, hw, training), layout, sched)
-    worst = cand.worst_rank
-    if cand.memory[worst].total > hw.gpu_memory_bytes:
-        need = cand.memory[worst].total
-        cand.why_not, cand.refusal = (f"rank {worst} needs {need / GB:.2f} GB, {(need - hw.gpu_memory_bytes) / GB:.2f} "
-                                      f"GB over the {hw.gpu_memory_bytes / GB:g} GB budget"), "memory"
-    return cand
+    return cand  # ... and its prediction either way: a config that does not fit still has a step time to judge
 
 
 def try_runnable(config) -> Candidate | None:
@@ -164,8 +160,7 @@ def memory_cases() -> list[tuple[ModelSpec, dict]]:
 
 
 def _balanced(model: ModelSpec, stages: int):
-    items = item_times(model, LAB_HARDWARE, Training())
-    return layout_from_cuts(best_cuts([f + b for f, b in zip(items.fwd, items.bwd)], stages), model.layers)
+    return balanced_layout(model, item_times(model, LAB_HARDWARE, Training()), stages)
 
 
 def _draw(r) -> tuple[ModelSpec, dict]:
