@@ -197,6 +197,14 @@ def test_the_planner_imports_no_torch_and_no_matplotlib():
     assert out.strip() == "[]"
 
 
+def test_plot_never_replaces_the_config_it_read(tmp_path):
+    config = tmp_path / "model.png"  # a JSON model file, oddly named: the plot must not overwrite it
+    config.write_text('{"layers": 8}')
+    res = run_cli("plan", "--config", str(config), "--gpus", "2", "--gpu-memory-gb", "80", "--plot", str(config))
+    assert res.code == 2 and len(res.err_lines) == 1 and "is also an input of this command" in res.err, res.err
+    assert config.read_text() == '{"layers": 8}'
+
+
 def test_kendall_tau():
     assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1
     assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1

@@ -144,7 +144,7 @@ def to_json(search: Search) -> dict:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.plot:
-        check_output_path(args.plot, "argument --plot")
+        check_output_path(args.plot, "argument --plot", inputs=[args.config])  # never the --config file it read
         if not args.plot.lower().endswith((".png", ".svg", ".pdf")):
             raise UsageError(f"argument --plot: {args.plot!r} should end in .png, .svg or .pdf")
     if args.synthetic_compute and not args.verify:
@@ -157,7 +157,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           log=sys.stderr if args.json else sys.stdout)
     if args.plot:
         from ..viz.plan import save_plan_plot
-        save_plan_plot(search, args.plot)
+        try:
+            save_plan_plot(search, args.plot)
+        except OSError as exc:  # a disk that filled up during the search: one line, and no half-written file
+            raise UsageError(f"argument --plot: cannot write {args.plot!r}: {exc.strerror or exc}") from None
     if args.json:
         doc = to_json(search)
         if verified is not None:
