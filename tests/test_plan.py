@@ -218,6 +218,14 @@ def test_plan_error_names_the_argument():
         plan(BANK, Hardware(8, GB), schedules=["nope"])
 
 
+def test_a_verify_run_that_outlives_its_time_is_a_row_saying_so():
+    from pipeline_kit.plan.verify import verify
+    search = plan(load_model_spec("tiny"), Hardware(2, GB), global_batch=8, schedules=["1f1b"])
+    report = verify(search, 1, timeout=1)
+    assert report["runs"][0]["error"] == "the job outlived the 1 s it was given and was stopped"
+    assert report["runs"][0]["measured_s"] is None and report["kendall_tau"] is None
+
+
 def test_verify_runs_the_top_candidates_for_real(tmp_path):
     """Two real torchrun jobs with synthetic compute: the report compares, and the peak counts are the simulator's."""
     proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "plan", "--config", "tiny", "--gpus", "2",

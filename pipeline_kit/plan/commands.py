@@ -170,4 +170,4 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(report(search, args.top))
         if args.plot:
             print(f"plot: {args.plot}")
-    return 0
+    return 1 if verified is not None and any(r["error"] for r in verified["runs"]) else 0  # a run that failed

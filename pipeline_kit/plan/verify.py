@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 
 from ..layout.costs import ModelSpec
@@ -76,7 +77,11 @@ def verify(search: Search, k: int, synthetic: bool | None = None, log=None, time
             if log is not None:
                 print(f"verify {n}/{len(chosen)}: {c.label()} -- torchrun --nproc-per-node {c.pp} -m pipeline_kit.run "
                       + " ".join(args[:-2]), file=log, flush=True)
-            proc = torchrun(c.pp, *args, timeout=timeout)
+            try:
+                proc = torchrun(c.pp, *args, timeout=timeout)
+            except subprocess.TimeoutExpired:  # torchrun stopped the job as a whole; the row says so
+                proc = subprocess.CompletedProcess(args, None, "", f"the job outlived the {timeout:g} s it was given "
+                                                   "and was stopped")
             runs.append(_compare(search, i, c, scale, synthetic, proc, out))
             if log is not None:
                 print("  " + _line(runs[-1]), file=log, flush=True)
@@ -136,7 +141,7 @@ def _compare(search: Search, index: int, c, scale: float, synthetic: bool, proc,
             summary = json.load(fh)
     except (OSError, ValueError):
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-        row["error"] = f"exit {proc.returncode}: {tail[0][:300]}"
+        row["error"] = (f"exit {proc.returncode}: " if proc.returncode is not None else "") + tail[0][:300]
         return row
     row["measured_s"] = summary["makespan"]
     row["ratio_to_plan"] = summary["makespan"] / row["predicted_s"] if row["predicted_s"] else None
