@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GRACE_S = 10.0  # after SIGTERM, how long torchrun gets to stop its workers before everything is killed
 REPLAY_ENV, RECORD_ENV = "PIPELINE_KIT_TORCHRUN_REPLAY", "PIPELINE_KIT_TORCHRUN_RECORD"
-SHARE_ENV = "PIPELINE_KIT_TORCHRUN_SHARE"
+SHARE_ENV = "PIPELINE_KIT_TORCHRUN_SHARE"  # a class batch's warm-up: records its labs' fixed jobs into this folder
+FIXED_ENV = "PIPELINE_KIT_TORCHRUN_FIXED"  # a class batch's grade: replays those, and records nothing of its own
 replayed: list[str] = []  # the jobs this process replayed instead of running (a batch grade's report lists them)
 OUTPUT_OPTIONS = ("--trace", "--json")  # options of pipeline_kit.run that name a file the job writes
 
@@ -58,15 +59,17 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
     args = [str(a) for a in args]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            "-m", module, *args]
-    share = os.environ.get(SHARE_ENV)
-    folder = share or os.environ.get(REPLAY_ENV)
-    recording = Path(folder) / f"{_key(nproc, module, args)}.json" if folder else None
-    record = bool(share or os.environ.get(RECORD_ENV))
-    if recording is not None and recording.is_file() and not os.environ.get(RECORD_ENV) and not rerun:
-        done = _replay(recording, cmd, args)
-        if done is not None:
-            replayed.append(" ".join(["torchrun", str(nproc), *_shown(args)]))
-            return done
+    share, replay = os.environ.get(SHARE_ENV), os.environ.get(REPLAY_ENV)
+    batch = share or os.environ.get(FIXED_ENV)  # (a grade never writes the batch's folder: no student's job is shared)
+    key = f"{_key(nproc, module, args)}.json"
+    if not os.environ.get(RECORD_ENV) and not rerun:
+        for folder in [f for f in (batch, None if share else replay) if f]:
+            done = _replay(Path(folder) / key, cmd, args) if (Path(folder) / key).is_file() else None
+            if done is not None:
+                if folder == batch:
+                    replayed.append(" ".join(["torchrun", str(nproc), *_shown(args)]))
+                return done
+    recording = Path(share) / key if share else Path(replay) / key if replay and os.environ.get(RECORD_ENV) else None
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     # its own session: a terminal's Ctrl-C reaches only us, and we stop the job in order; and should this
     # process die without a chance to (SIGKILL), torchrun is sent SIGTERM and stops its workers itself
@@ -81,7 +84,7 @@ def torchrun(nproc: int, *args: str, module: str = "pipeline_kit.run", timeout: 
         stop_job(proc)
         raise
     done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-    if recording is not None and record:
+    if recording is not None:
         _record(recording, nproc, module, args, done)
     return done
 

@@ -53,3 +53,19 @@ def test_the_digest_covers_the_runtime_and_not_the_grader(tmp_path, monkeypatch)
         digests.append(launch.source_digest())
     launch.source_digest.cache_clear()
     assert digests[0] == digests[1] != digests[2]
+
+
+def test_a_batch_grade_replays_the_fixed_jobs_and_records_none_of_its_own(tmp_path, monkeypatch):
+    """Issue 33: a class batch's grades share only the fixed jobs its warm-up recorded (SHARE_ENV); a job of one
+    student's (any other) runs in that grade alone and is recorded nowhere, so no kernel or feedback sees it."""
+    fixed, own = ["--schedule", "gpipe"], ["--schedule", "1f1b"]
+    monkeypatch.setenv(launch.SHARE_ENV, str(tmp_path))  # the warm-up
+    launch.torchrun(1, *fixed, module="no.such.module", timeout=120)
+    assert [p.name for p in tmp_path.iterdir()] == [f"{launch._key(1, 'no.such.module', fixed)}.json"]
+    monkeypatch.delenv(launch.SHARE_ENV)
+    monkeypatch.setenv(launch.FIXED_ENV, str(tmp_path))  # a grade
+    launch.replayed.clear()
+    launch.torchrun(1, *fixed, module="no.such.module", timeout=120)
+    assert launch.replayed == ["torchrun 1 --schedule gpipe"]
+    launch.torchrun(1, *own, module="no.such.module", timeout=120)
+    assert len(list(tmp_path.iterdir())) == 1, "a grade recorded a job of its own where other grades read"

@@ -16,9 +16,13 @@ module of the package, so it starts in a few milliseconds.  Why it is built this
   them) nor the network (only a loopback, brought up, for ``torchrun``'s rendezvous);
 * a new root that holds, read-only, only what the program needs (system folders, the Python install and, for a
   kernel, the venv and the kit's package); a fresh ``/proc``; a ``/dev`` of five device nodes;
-* it runs as ``nobody`` (as root) or without capabilities (in a user namespace), with ``no_new_privs``, under
-  rlimits per process, a cgroup for the whole sandbox where the grader made one, and always a watchdog here in
-  pid 1 that ends the sandbox when its processes' resident memory and its tmpfs mounts together pass the limit.
+* it runs as a uid of its own (as root: one the grader took for this sandbox alone, :mod:`.identity`) or
+  without capabilities in a user namespace of its own, with ``no_new_privs`` and the grader's seccomp filter
+  (:mod:`.syscall_filter`: no keyrings, no memfd, no new namespaces), under rlimits per process, in a cgroup
+  namespace of its own inside a cgroup for the whole sandbox where the grader made one, and always a watchdog
+  here in pid 1 that ends the sandbox when its processes' resident memory and its tmpfs mounts together pass the
+  limit.  ``/etc`` holds only the files the grader names and a ``passwd`` naming the sandbox's user; ``/sys/fs``
+  (the cgroup tree of every other sandbox) is an empty folder.
 
 Process tree: this script forks; the child is pid 1 of the new pid namespace, reaps orphans and watches memory;
 it forks the program.  This outer process dies with the grader, even one killed outright (``PR_SET_PDEATHSIG``,
@@ -27,7 +31,9 @@ namespace down with it.  With ``"mode": "off"`` (the caller's explicit
 choice) it only sets the rlimits and execs the program, unisolated.
 """
 
+import base64
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -38,12 +44,12 @@ import struct
 import sys
 import time
 
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x02000000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 4, 38, 24
-NOBODY = 65534
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_SECCOMP = 1, 4, 38, 24, 22
+SECCOMP_MODE_FILTER = 2
 MAX_CONFIG = 4 * 2**20
 DEVICES = ("null", "zero", "full", "random", "urandom")
 WATCH_S = 0.05
@@ -52,6 +58,8 @@ EXIT_MEMORY = 99  # pid 1 ended the sandbox: its memory passed the limit (the gr
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+TRANSIENT = (errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.EUSERS)
 
 
 def _check(ret, what):
@@ -81,10 +89,12 @@ def read_config() -> dict:
 
 
 def enter_namespaces(root: bool) -> None:
-    """New mount, network and IPC namespaces (and a user namespace without root); the pid namespace comes later,
-    after the outside programs are forked (every child forked after ``CLONE_NEWPID`` is in the new one)."""
+    """New mount, network, IPC and cgroup namespaces (and a user namespace without root: its keyrings and its
+    process count are its own); the pid namespace comes later, after the outside programs are forked (every child
+    forked after ``CLONE_NEWPID`` is in the new one).  The cgroup namespace is made after joining the sandbox's
+    cgroup, so ``/proc/self/cgroup`` shows ``/`` and names no other grade."""
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | (0 if root else CLONE_NEWUSER)
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWCGROUP | (0 if root else CLONE_NEWUSER)
     _check(libc.unshare(flags), "unshare")
     if not root:  # be root inside a user namespace that maps only our own uid
         for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"0 {uid} 1"),
@@ -186,6 +196,8 @@ def isolate_files(cfg: dict, owner: int | None) -> str:
     os.makedirs(new + "/proc", exist_ok=True)
     mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     bind(new, "/sys")
+    tmpfs(new + "/sys/fs", 4096, "755", None, MS_RDONLY | MS_NOSUID | MS_NODEV)  # no cgroup tree, no bpf fs
+    users(new, owner)
     tmpfs(new + cfg["own"], sizes["own"], "700", owner)  # nothing of it outlives the sandbox
     make_own(new + cfg["own"], cfg, owner)
     for hidden in cfg.get("hide", []):
@@ -194,11 +206,36 @@ def isolate_files(cfg: dict, owner: int | None) -> str:
     return enter_root(new)
 
 
-def drop_privileges(root: bool) -> None:
-    if root:
+def users(new: str, owner: int | None) -> None:
+    """``/etc/passwd`` and ``/etc/group`` naming only root and the sandbox's user (``student``), so a program
+    that asks who it is gets an answer; the host's files, which name the machine's users, are not shown.  In a
+    user namespace the program is root there, and root is all the files name."""
+    os.makedirs(new + "/etc", exist_ok=True)
+    passwd, group = ["root:x:0:0:root:/root:/bin/sh"], ["root:x:0:"]
+    if owner is not None:
+        passwd.append(f"student:x:{owner}:{owner}:student:/run/student/home:/bin/sh")
+        group.append(f"student:x:{owner}:")
+    for name, lines in (("passwd", passwd), ("group", group)):
+        with open(f"{new}/etc/{name}", "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def load_filter(program: bytes) -> None:
+    """Load the grader's seccomp filter (BPF records of 8 bytes) on this process and every child it will have."""
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = Program(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+
+
+def drop_privileges(owner: int | None) -> None:
+    if owner is not None:
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)  # a setuid away from 0 clears every capability
+        os.setgid(owner)
+        os.setuid(owner)  # a setuid away from 0 clears every capability
     else:
         for cap in range(64):  # root inside the user namespace: give up every capability, for good
             libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
@@ -226,8 +263,8 @@ def join_cgroups(dirs: list[str]) -> None:
             f.write(str(os.getpid()))
 
 
-def start_program(prog: dict, others: list[int], isolated: bool, root: bool, limits: dict,
-                  wait_for: int | None = None) -> int:
+def start_program(prog: dict, others: list[int], isolated: bool, owner: int | None, limits: dict,
+                  wait_for: int | None = None, syscalls: bytes = b"") -> int:
     """Fork and exec one program: it keeps only its own pipe ends (``prog["fds"]``) of those the grader passed,
     and dies with its parent.  With ``wait_for`` (an outside program), it first waits for pid 1's go-ahead."""
     parent = os.getpid()
@@ -249,10 +286,12 @@ def start_program(prog: dict, others: list[int], isolated: bool, root: bool, lim
                 os._exit(3)  # pid 1 could not isolate the sandbox: it has said why
             os.close(wait_for)
         if isolated:
-            drop_privileges(root)
+            drop_privileges(owner)
         set_limits(limits)
-        die_with_parent(parent)  # once more: a change of user (the drop to nobody) clears the request
+        die_with_parent(parent)  # once more: a change of user clears the request
         os.chdir(prog["cwd"])
+        if isolated:
+            load_filter(syscalls)  # last: from here on, only what the filter allows (execve is)
         os.execve(prog["argv"][0], prog["argv"], dict(prog["env"]))
     finally:
         os._exit(127)
@@ -309,6 +348,12 @@ def die_with_parent(parent: int) -> None:
         os._exit(3)
 
 
+def fail(status: int, why: str, exc: OSError) -> None:
+    """Report why the sandbox could not start, and whether the machine ran short (a retry may pass) -- then end."""
+    report(status, ok=False, why=f"{why} ({exc.strerror or exc})", transient=exc.errno in TRANSIENT)
+    os._exit(3)
+
+
 def main() -> None:
     status = int(sys.argv[1])
     die_with_parent(int(sys.argv[2]))  # the grader's pid
@@ -316,9 +361,12 @@ def main() -> None:
         cfg = read_config()
         join_cgroups(cfg.get("cgroups", []))
     except (OSError, ValueError) as exc:
-        report(status, ok=False, why=f"cannot read the sandbox's configuration or join its cgroup ({exc})")
+        report(status, ok=False, why=f"cannot read the sandbox's configuration or join its cgroup ({exc})",
+               transient=isinstance(exc, OSError) and exc.errno in TRANSIENT)
         os._exit(3)
     root = os.geteuid() == 0
+    owner = int(cfg["uid"]) if root and cfg.get("uid") is not None else None
+    syscalls = base64.b64decode(cfg.get("seccomp", ""))
     passed = [fd for prog in cfg["programs"] for fd in prog.get("fds", [])]
     inside = [p for p in cfg["programs"] if not p.get("outside")]
     outside = [p for p in cfg["programs"] if p.get("outside")]
@@ -326,24 +374,25 @@ def main() -> None:
         try:
             make_own(cfg["own"], cfg, None)  # a fresh folder of the grader's on the host
         except OSError as exc:
-            report(status, ok=False, why=f"cannot make the program's folder ({exc})")
-            os._exit(3)
+            fail(status, "cannot make the program's folder", exc)
         report(status, ok=True, mode="off")
         os.close(status)
-        supervise([start_program(p, passed, False, root, cfg["limits"]) for p in cfg["programs"]], None, [])
+        supervise([start_program(p, passed, False, None, cfg["limits"]) for p in cfg["programs"]], None, [])
+    if root and owner is None or not syscalls:
+        report(status, ok=False, why="the grader gave no user or no system-call filter for the sandbox")
+        os._exit(3)
     try:
         enter_namespaces(root)
         isolated_r, isolated_w = os.pipe()
         # Outside programs (the kernel's relay) are forked before the pid namespace exists, so the sandbox's
         # processes cannot name them (nor signal nor trace them); they run once pid 1 has built the new root
         # (pivot_root makes it their root too) and die with the launcher.
-        report(status, outside=[start_program(p, [status, isolated_w, *passed], True, root, cfg["limits"],
-                                              wait_for=isolated_r) for p in outside])
+        report(status, outside=[start_program(p, [status, isolated_w, *passed], True, owner, cfg["limits"],
+                                              wait_for=isolated_r, syscalls=syscalls) for p in outside])
         _check(libc.unshare(CLONE_NEWPID), "unshare")
+        child = os.fork()
     except OSError as exc:
-        report(status, ok=False, why=f"cannot create namespaces ({exc.strerror})")
-        os._exit(3)
-    child = os.fork()
+        fail(status, "cannot create namespaces", exc)
     if child:  # outside the pid namespace: what the grader sees as the programs; pass their end on
         for fd in [status, isolated_r, isolated_w, *(fd for p in inside for fd in p.get("fds", []))]:
             os.close(fd)
@@ -356,18 +405,20 @@ def main() -> None:
     # In a user namespace the programs run as this process's own uid: not dumpable, it cannot be ptraced (which
     # would let a program remount the read-only binds).
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    owner = NOBODY if root else None
     try:
         seen = isolate_files(cfg, owner)
         loopback_up()
     except OSError as exc:
-        report(status, ok=False, why=f"cannot isolate the file system ({exc})")
+        fail(status, "cannot isolate the file system", exc)
+    try:
+        started = []
+        report(status, ok=True, mode="root" if root else "user namespace", root=seen)
+        os.close(status)
+        os.write(isolated_w, b"1" * len(outside))  # the outside programs may start: their root is the new one now
+        os.close(isolated_w)
+        started = [start_program(p, passed, True, owner, cfg["limits"], syscalls=syscalls) for p in inside]
+    except OSError:  # a fork that failed after the report: the programs that did start see the sandbox end
         os._exit(3)
-    report(status, ok=True, mode="root" if root else "user namespace", root=seen)
-    os.close(status)
-    os.write(isolated_w, b"1" * len(outside))  # the outside programs may start: their root is the new one now
-    os.close(isolated_w)
-    started = [start_program(p, passed, True, root, cfg["limits"]) for p in inside]
     supervise(started, int(cfg["limits"]["total_memory"]), ["/tmp", "/dev/shm", cfg["own"]])
 
 

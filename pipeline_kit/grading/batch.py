@@ -5,17 +5,19 @@ in one process would share it; a process per notebook also keeps one student's c
 touching another's grade, and its report is the same JSON a single ``grade --json`` prints -- the scores equal
 single-notebook grades with the same seeds by construction.
 
-Work that does not depend on the student runs once per batch: the grader's processes share one folder of
-``torchrun`` recordings (:data:`pipeline_kit.launch.SHARE_ENV`), which each lab's fixed jobs are first recorded
-into (:data:`FIXED_RUNS`, the jobs its given cells and hidden tests start with fixed arguments); the kernels
-replay them read-only.  Only the grader's processes write that folder, and never while the sandbox is off (where
-a student's code could write it too).
+Work that does not depend on the student runs once per batch: each lab's fixed jobs (:data:`FIXED_RUNS`, the
+jobs its given cells and hidden tests start with fixed arguments) are recorded into one folder by a warm-up
+process of the batch's (:data:`pipeline_kit.launch.SHARE_ENV`); the grades and their kernels replay them
+read-only (:data:`pipeline_kit.launch.FIXED_ENV`).  A job that depends on a student (their layout's run) is run
+by that student's grade alone and recorded nowhere, so no grade sees another's.  Nothing is shared while the
+sandbox is off (where a student's code could write the folder).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,19 +27,28 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..argtypes import EXIT_USAGE
 from ..interrupts import end_process
-from ..launch import SHARE_ENV
+from ..launch import FIXED_ENV, SHARE_ENV
 from . import sandbox
-from .classlist import Submission
+from .classlist import Submission, printable
+from .notebook import EXIT_NOT_GRADED
 
 MAX_JOBS = 64
 OVERDUE_S = 120  # how long past its own --total-timeout a grade process may run before the batch ends it
 ERROR_LINES = 5
 
 
+GRADED, REFUSED, NOT_GRADED = "graded", "refused", "not graded"  # a row's status (README: "Grading a class")
+
+
 @dataclass
 class Row:
-    """A graded (or refused) notebook: the gradebook's row and the report behind it."""
+    """A notebook of the class: the gradebook's row and the report behind it.
+
+    ``status`` says which of three it is, because only one of them is a score: ``graded`` (the report's), ``refused``
+    (the notebook's own fault -- no lab, unreadable, not the student's own file: 0 points, as for a blank
+    notebook) and ``not graded`` (the machine failed twice, not the notebook: no score anywhere, rerun it)."""
 
     student: str
     lab: str
@@ -48,6 +59,12 @@ class Row:
     error: str = ""
     assignment: str | None = None
     notebook_id: str | None = None
+    status: str | None = None  # None: decided by the report (a gradebook written before the field had none)
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status is None:
+            self.status = GRADED if self.report else REFUSED
 
     @property
     def score(self) -> float:
@@ -57,10 +74,16 @@ class Row:
     def max_score(self) -> float | None:
         return self.report["max_score"] if self.report else None
 
+    @property
+    def why(self) -> str:
+        """What the row says besides its points: ``refused: ...`` or ``not graded: ...``, and its note."""
+        text = "" if self.status == GRADED else f"{self.status}: {self.error}"
+        return "; ".join(t for t in (text, self.note and f"note: {self.note}") if t)
+
     def to_dict(self) -> dict:
-        out = {"student": self.student, "lab": self.lab, "notebook": self.notebook, "score": self.score,
-               "max_score": self.max_score, "seed": self.seed, "seconds": round(self.seconds, 1),
-               "error": self.error}
+        out = {"student": self.student, "lab": self.lab, "notebook": self.notebook, "status": self.status,
+               "score": None if self.status == NOT_GRADED else self.score, "max_score": self.max_score,
+               "seed": self.seed, "seconds": round(self.seconds, 1), "error": self.error, "note": self.note}
         if self.assignment is not None:
             out.update(assignment=self.assignment, notebook_id=self.notebook_id)
         if self.report:
@@ -70,11 +93,12 @@ class Row:
 
     @classmethod
     def from_dict(cls, d: dict) -> Row:
+        """The row :meth:`to_dict` wrote (``status`` and ``note`` may be missing: a gradebook from before them)."""
         report = None
         if "checks" in d:
             report = {k: d.get(k) for k in ("score", "max_score", "questions", "checks", "sandbox", "shared_runs")}
         return cls(d["student"], d["lab"], d["notebook"], d.get("seed"), d.get("seconds", 0.0), report,
-                   d.get("error", ""), d.get("assignment"), d.get("notebook_id"))
+                   d.get("error", ""), d.get("assignment"), d.get("notebook_id"), d.get("status"), d.get("note", ""))
 
 
 @dataclass
@@ -176,11 +200,11 @@ class Batch:
             folder = Path(tmp) / "shared-runs"
             folder.mkdir(mode=0o755)
             os.chmod(tmp, 0o755)  # (the kernels' read-only view of the shared runs passes through it)
-            env = dict(os.environ)
-            if not self.share_off:
-                env[SHARE_ENV] = str(folder)
+            env, warm_env = dict(os.environ), dict(os.environ)
+            if not self.share_off:  # the warm-ups record the fixed jobs; a grade only replays them
+                warm_env[SHARE_ENV] = env[FIXED_ENV] = str(folder)
             with ThreadPoolExecutor(max_workers=self.options.jobs) as pool:
-                warming = {lab: pool.submit(self.warm, lab, env) for lab in labs} if not self.share_off else {}
+                warming = {lab: pool.submit(self.warm, lab, warm_env) for lab in labs} if not self.share_off else {}
                 # the labs whose shared runs are being made go last, so no worker waits for them while others
                 # could be graded
                 order = sorted(range(len(self.subs)), key=lambda i: (self.subs[i].lab in warming, i))
@@ -231,11 +255,10 @@ class Batch:
 
     def grade_one(self, i: int, env: dict, warming) -> None:
         sub = self.subs[i]
-        row = Row(sub.student, sub.key[1], str(sub.path), sub.seed if sub.problem is None else None,
-                  assignment=sub.assignment,
-                  notebook_id=sub.notebook_id)
+        row = Row(sub.student, sub.key[1], sub.shown_path, sub.seed if sub.problem is None else None,
+                  assignment=sub.assignment, notebook_id=sub.notebook_id, note=sub.note)
         if sub.problem is not None:
-            row.error = sub.problem
+            row.error, row.status = printable(sub.problem), REFUSED
         else:
             if warming is not None:
                 warming.result()
@@ -246,12 +269,29 @@ class Batch:
             self.rows[i] = row
             self.done += 1
             self.running.pop(i, None)
-        shown = (f"{row.score:g} / {row.max_score:g}" if row.report else "not graded: " + row.error)
+        shown = f"{row.score:g} / {row.max_score:g}" if row.report else ""
         left = f", {self.eta()}" if self.done < len(self.subs) else ""
-        self.say(f"[{self.done}/{len(self.subs)}] {row.student}  {row.lab}  {shown}"
+        self.say(f"[{self.done}/{len(self.subs)}] " + "  ".join(t for t in (row.student, row.lab, shown, row.why) if t)
                  + (f"  ({row.seconds:.1f} s, seed {row.seed}{left})" if row.report else ""))
 
     def _grade(self, i: int, row: Row, env: dict) -> None:
+        """Grade notebook ``i`` into ``row``; a grade the machine failed (see :func:`_outcome`) is run once more, in
+        a fresh process with the same seed, and where that fails too the row is ``not graded``, never a score."""
+        tries: list[str] = []
+        while True:
+            attempt = self._attempt(i, env)
+            row.seconds += attempt.seconds
+            status, text, report = _outcome(attempt, self.options)
+            tries.append(text)
+            if status != NOT_GRADED or not attempt.retry or len(tries) == 2:
+                break
+        row.status, row.report = status, report
+        if status == NOT_GRADED and len(tries) == 2:
+            text += " (tried twice)" if tries[0] == text else f" (the first try: {tries[0]})"
+        row.error = printable(text)
+
+    def _attempt(self, i: int, env: dict) -> Attempt:
+        """One ``grade`` process for notebook ``i``: its exit status, last error lines and report text."""
         sub, o = self.subs[i], self.options
         command = [sys.executable, "-m", "pipeline_kit", "grade", str(sub.path), "--json", "--progress",
                    "--seed", str(sub.seed), "--timeout", f"{o.timeout:g}", "--total-timeout", f"{o.total_timeout:g}"]
@@ -275,7 +315,7 @@ class Batch:
                 line = line.rstrip("\n")
                 if line.startswith("running cell "):
                     with self.lock:
-                        self.running[i] = f"{sub.student} {sub.lab} ({line[13:]})"
+                        self.running[i] = f"{sub.student} {sub.lab} ({printable(line[13:])})"
                         self._clear()
                         self._bar()
                 elif line.strip():
@@ -285,20 +325,60 @@ class Batch:
             timer.cancel()
             self.procs.discard(proc)
         reader.join()
-        row.seconds = time.monotonic() - start
         if self.stopping:
             raise KeyboardInterrupt
-        if proc.returncode != 0:
-            text = " / ".join(e.removeprefix("python -m pipeline_kit grade: error: ") for e in errors)
-            row.error = text or f"the grader exited with status {proc.returncode}"
-            if timed_out.is_set():
-                row.error = (f"stopped after {row.seconds:.0f} s: the grade outlived --total-timeout "
-                             f"({o.total_timeout:g} s) by {OVERDUE_S} s")
-            return
-        try:
-            row.report = json.loads("".join(out))
-        except ValueError:
-            row.error = "the grader's report could not be read"
+        return Attempt(proc.returncode, errors, "".join(out), timed_out.is_set(), time.monotonic() - start)
+
+
+@dataclass
+class Attempt:
+    """What one ``grade`` process of the batch left: how it ended, its last stderr lines, its stdout."""
+
+    code: int
+    errors: list[str]
+    out: str
+    timed_out: bool  # the batch ended it (it outlived its own --total-timeout by OVERDUE_S)
+    seconds: float
+    retry: bool = True  # whether a failure of the machine is worth a second process (not after the batch's own end)
+
+
+GRADE_PREFIX = "python -m pipeline_kit grade: "
+
+
+def _outcome(a: Attempt, o: Options) -> tuple[str, str, dict | None]:
+    """(status, reason, report) of one grade process.  Exit 0 with a readable report is a grade; exit 2 is the
+    notebook's own refusal (not a lab, unreadable: the student's fault, kept as today); everything else is the
+    machine's failure -- ``grade``'s ``EXIT_NOT_GRADED``, a signal the batch did not send (the OOM killer, an
+    operator's kill: exit 128+N or -N), a traceback (exit 1), a report that cannot be read -- and is retried.  A
+    grade the batch itself ended (past ``--total-timeout`` by ``OVERDUE_S``: the grader is stuck, not the
+    student's code, which its own limit stops) is not graded without a retry, which would take as long."""
+    lines = [e.removeprefix(GRADE_PREFIX).removeprefix("error: ").removeprefix("not graded: ") for e in a.errors]
+    text = " / ".join(lines)
+    if a.timed_out:
+        a.retry = False
+        return NOT_GRADED, (f"stopped after {a.seconds:.0f} s: the grade outlived --total-timeout "
+                            f"({o.total_timeout:g} s) by {OVERDUE_S} s"), None
+    if a.code == 0:
+        report = _report(a.out)
+        return (GRADED, "", report) if report else (NOT_GRADED, "the grader's report could not be read", None)
+    if a.code == EXIT_USAGE:
+        return REFUSED, text or "the grader refused the notebook", None
+    if a.code == EXIT_NOT_GRADED:
+        return NOT_GRADED, (lines[-1] if lines else "the grader could not grade it"), None
+    signum = -a.code if a.code < 0 else a.code - 128 if a.code in (128 + signal.SIGINT, 128 + signal.SIGTERM) else 0
+    if signum:
+        return NOT_GRADED, f"the grade process was ended by {signal.Signals(signum).name}, not by the batch", None
+    return NOT_GRADED, f"the grader exited with status {a.code}" + (f" ({text})" if text else ""), None
+
+
+def _report(text: str) -> dict | None:
+    """The grade's ``--json`` report, or None where it is not one (cut short, not JSON, not a report)."""
+    try:
+        report = json.loads(text)
+    except ValueError:
+        return None
+    ok = isinstance(report, dict) and isinstance(report.get("checks"), list) and "score" in report
+    return report if ok else None
 
 
 def _last_lines(err: str, code: int) -> str:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ..argtypes import UsageError, non_negative_int, timeout_seconds
-from ..launch import SHARE_ENV, replayed
+from ..launch import FIXED_ENV, replayed
 
 CLASS_OPTIONS = ("gradebook", "nbgrader", "shard", "course_secret", "assignment")
 
@@ -102,7 +102,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def grade_one(args: argparse.Namespace) -> int:
     from .engine import grade
-    from .notebook import GradeError
+    from .notebook import EXIT_NOT_GRADED, GradeError, NotGraded
 
     def progress(i: int, n: int) -> None:
         if args.progress:
@@ -122,6 +122,9 @@ def grade_one(args: argparse.Namespace) -> int:
         report = grade(args.notebook[0], Path(args.solutions) if args.solutions else None, args.timeout,
                        progress=progress if show_progress else None, seed=args.seed, warn=warn,
                        total_timeout=args.total_timeout)
+    except NotGraded as exc:  # the machine's failure, not the student's: no score at all, a documented status
+        print(f"python -m pipeline_kit grade: not graded: {exc}", file=sys.stderr, flush=True)
+        return EXIT_NOT_GRADED
     except GradeError as exc:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 -- a bug of the grader's: one line, never a traceback (the kernel is gone)
@@ -129,15 +132,18 @@ def grade_one(args: argparse.Namespace) -> int:
     if show_progress and not args.progress:
         print(file=sys.stderr)
     out = report.to_dict()
-    if os.environ.get(SHARE_ENV):  # graded in a class's batch: which of its jobs were the batch's shared runs
+    if os.environ.get(FIXED_ENV):  # graded in a class's batch: which of its jobs were the batch's shared runs
         out["shared_runs"] = sorted(set(replayed))
     print(json.dumps(out) if args.json else report.text())
     return 0
 
 
 def grade_many(args: argparse.Namespace) -> int:
+    """Grade a class; exit 0, or ``EXIT_NOT_GRADED`` (3) where a notebook was not graded (the machine failed twice,
+    not the notebook), after every other row is written -- so a script sees that a rerun is needed."""
     from . import classlist, gradebook, nbgrader_db
-    from .batch import Options, grade_class
+    from .batch import NOT_GRADED, Options, grade_class
+    from .notebook import EXIT_NOT_GRADED
 
     folder = gradebook.check_folder(args.gradebook) if args.gradebook else None
     secret = classlist.read_secret(args.course_secret) if args.course_secret else None
@@ -168,12 +174,16 @@ def grade_many(args: argparse.Namespace) -> int:
     if folder is not None:
         gradebook.write(folder, rows, meta, sources)
     print_summary(rows, shared, seconds, args.json, folder, url, problems)
-    return 0
+    return EXIT_NOT_GRADED if any(r.status == NOT_GRADED for r in rows) else 0
 
 
 def print_summary(rows, shared, seconds, as_json, folder, url, problems) -> None:
+    """The class's table and one line of counts: graded, refused (the notebook's fault: 0 points) and not graded
+    (the machine's: no score, rerun them) apart, since only the last needs the instructor to act."""
+    from .batch import GRADED, NOT_GRADED, REFUSED
+    from .classlist import printable
     for line in problems:
-        print(f"nbgrader: {line}", file=sys.stderr)
+        print(f"nbgrader: {printable(line)}", file=sys.stderr)
     if as_json:
         print(json.dumps({"rows": [r.to_dict() for r in rows], "shared_runs": shared, "seconds": round(seconds, 1)}))
         return
@@ -182,12 +192,15 @@ def print_summary(rows, shared, seconds, as_json, folder, url, problems) -> None
     print(f"{'student':<{width}}  {'lab':<{lab_w}}  {'score':>13}  {'seed':>10}  {'seconds':>7}  error")
     for r in sorted(rows, key=lambda r: (r.student, r.lab)):
         score = f"{r.score:g} / {r.max_score:g}" if r.report else "-"
-        print(f"{r.student:<{width}}  {r.lab:<{lab_w}}  {score:>13}  {r.seed if r.seed is not None else '':>10}  "
-              f"{r.seconds:>7.1f}  {r.error}")
-    bad = sum(1 for r in rows if not r.report)
-    print(f"{len(rows) - bad} graded, {bad} not graded, in {seconds:.0f} s"
-          + (f"; gradebook: {folder}" if folder else "") + ("; scores written to nbgrader's gradebook.db" if url
-                                                             else ""))
+        print(printable(f"{r.student:<{width}}  {r.lab:<{lab_w}}  {score:>13}  "
+                        f"{r.seed if r.seed is not None else '':>10}  {r.seconds:>7.1f}  {r.why}"))
+    count = {s: sum(1 for r in rows if r.status == s) for s in (GRADED, REFUSED, NOT_GRADED)}
+    failed = (" (the machine failed, not the notebook: rerun them"
+              + ("; nothing was written into nbgrader's gradebook.db for them" if url else "") + ")"
+              if count[NOT_GRADED] else "")
+    print(f"{count[GRADED]} graded, {count[REFUSED]} refused, {count[NOT_GRADED]} not graded{failed}, "
+          f"in {seconds:.0f} s" + (f"; gradebook: {printable(str(folder))}" if folder else "")
+          + ("; scores written to nbgrader's gradebook.db" if url else ""))
     for lab, s in sorted(shared.items()):
         print(f"shared runs{' of ' + lab if lab else ''}: {s['what']}"
               + (f" (made once in {s['seconds']:g} s, reused by every grade of the lab)" if not s["error"] else ""))
@@ -204,14 +217,18 @@ def add_gradebook_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_gradebook(args: argparse.Namespace) -> int:
+    """``gradebook merge``: every slice checked whole before the ``--out`` folder is made (a bad one: one line,
+    exit 2, nothing made); exit 1 where the merge is incomplete (missing slices, notebooks graded in no slice or
+    not graded)."""
     from . import gradebook
+    from .classlist import printable
     merged, problems = gradebook.merge(args.folders, args.out)
     meta = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **merged["meta"]}
     gradebook.write(merged["folder"], merged["rows"], meta)
     for line in problems:
-        print(f"gradebook merge: {line}", file=sys.stderr)
+        print(f"gradebook merge: {printable(line)}", file=sys.stderr)
     print(f"merged {len(args.folders)} gradebook(s): {len(merged['rows'])} rows of "
-          f"{len({r.student for r in merged['rows']})} student(s) into {args.out}")
+          f"{len({r.student for r in merged['rows']})} student(s) into {printable(args.out)}")
     return 1 if problems else 0
 
 

@@ -28,6 +28,7 @@ from .notebook import (
     DEFAULT_TIMEOUT,
     DEFAULT_TOTAL_TIMEOUT,
     GradeError,
+    NotGraded,
     canonical_for,
     cell_kind,
     merge,
@@ -38,6 +39,12 @@ from .notebook import (
 from .report import Report
 
 MAX_RESTARTS = 5
+ATTEMPTS = 2  # a grade the machine failed is tried once more, in a fresh sandbox, before it is "not graded"
+
+
+class MachineFailure(Exception):
+    """Something the student's code did not cause ended this attempt: a kernel or sandbox that could not start for
+    want of processes or memory, a given cell that failed before any of the student's code ran."""
 FEEDBACK_LIMIT = 1000  # up to three failing parts (parts.MAX_LISTED), each at most 300 characters
 
 
@@ -60,12 +67,18 @@ def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout
     off = sandbox.wanted(sandboxed)
     if off and sandboxed:
         warn(sandbox.unsandboxed_warning(off))
-    with tempfile.TemporaryDirectory(prefix="pipeline-kit-grade-", dir=work_parent()) as work:
-        run = Run(merged.nb, canonical, Path(work), sources, timeout, seed, off, progress, total_timeout)
-        try:
-            results = run.execute()
-        finally:
-            run.stop()
+    deadline = time.monotonic() + total_timeout
+    for attempt in range(1, ATTEMPTS + 1):
+        with tempfile.TemporaryDirectory(prefix="pipeline-kit-grade-", dir=work_parent()) as work:
+            run = Run(merged.nb, canonical, Path(work), sources, timeout, seed, off, progress, total_timeout, deadline)
+            try:
+                results = run.execute()
+                break
+            except MachineFailure as exc:
+                if attempt == ATTEMPTS:
+                    raise NotGraded(f"{exc} (twice: the grade was tried again in a fresh sandbox)") from None
+            finally:
+                run.stop()
     report = build_report(str(path), lab, seed, merged, results)
     report.sandbox = run.sandbox_report()
     return report
@@ -84,11 +97,11 @@ def work_parent() -> str | None:
 class Run:
     """One grade's execution: the kernel (restarted after a death), the grader's namespace, the results."""
 
-    def __init__(self, nb, canonical, work: Path, sources, timeout, seed, off, progress, total_timeout):
+    def __init__(self, nb, canonical, work: Path, sources, timeout, seed, off, progress, total_timeout, deadline):
         self.cells = nb["cells"]
         self.work, self.sources = work, (sources or source_dir())
         self.timeout, self.seed, self.off, self.progress = timeout, seed, off, progress
-        self.deadline = time.monotonic() + total_timeout
+        self.deadline = deadline  # the grade's, across a retry too
         self.time_up = (f"not run: the grade reached its total time limit of {total_timeout:g} s "
                         "(--total-timeout)")
         self.mode = self.limits = None
@@ -103,6 +116,7 @@ class Run:
         self.namespace: dict = {"__name__": "pipeline_kit_grader"}
         self.fatal: set[int] = set()           # kernel cells that killed the kernel: replaced by their error
         self.fatal_prelude: set[int] = set()   # test cells whose kernel prelude killed it
+        self.student_ran = False               # whether the student's code has run in this kernel yet
         self.results: list[CellResult | None] = [None] * len(self.cells)
 
     def limit(self, i: int) -> float:
@@ -134,7 +148,12 @@ class Run:
             try:
                 self.kernel = StudentKernel(self.work, self.sources, self.off, tag=str(self.starts))
             except sandbox.SandboxUnavailable as exc:
+                if exc.transient:  # the machine ran short (processes, memory): not this machine's lack of a sandbox
+                    raise MachineFailure(f"the sandbox could not start: {exc}") from None
                 raise GradeError(f"cannot grade: {sandbox.unavailable_message(str(exc))}") from None
+            except KernelUnavailable as exc:
+                raise MachineFailure(f"the kernel could not start: {exc}") from None
+            self.student_ran = False
             self.mode, self.limits = self.kernel.mode, sandbox.limits_text(self.kernel.box.cgroup)
             self.session = remote.GradingSession(self.kernel, self.seed, self.deadline, self.work, self.off)
             died = self.replay(upto)
@@ -157,12 +176,18 @@ class Run:
         if kind in ("given", "answer", "extra"):
             if i in self.fatal:
                 return None
+            self.student_ran |= kind != "given"
             res = self.kernel.run_cell(self.cells[i]["source"], self.limit(i))
+            if kind == "given" and res.status != "ok" and not self.student_ran and not self.out_of_time():
+                # the lab's own code, in a fresh kernel, before a line of the student's: the machine failed it
+                raise MachineFailure(f"the lab's given cell {i + 1} failed before any of the student's code ran "
+                                     f"({res.message})")
             if res.status == "died":
                 self.fatal.add(i)
                 self.results[i] = res
             return res
         if kind == "test" and i not in self.fatal_prelude:
+            self.student_ran = True  # (its checks call the student's functions in the kernel)
             prelude = names.kernel_prelude(self.cells[i]["source"])
             if prelude:
                 res = self.kernel.run_cell(prelude, self.limit(i))
@@ -193,10 +218,7 @@ class Run:
                 self.give_up(i, self.time_up)
                 break
             if self.kernel is None:
-                try:
-                    alive = self.start_kernel(i)
-                except KernelUnavailable as exc:
-                    raise GradeError(f"cannot grade: {exc}") from None
+                alive = self.start_kernel(i)
                 if not alive:
                     self.give_up(i, self.time_up if self.out_of_time() else
                                  "not run: the kernel died too many times")

@@ -3,7 +3,13 @@ and its feedback, and a feedback page per student and lab; and the merge of the 
 
 Why a folder the command owns: a gradebook is rewritten on every regrade, so the command must know which files
 are its own.  It writes only into a folder that is new, empty, or a gradebook it wrote before (its
-``grades.json`` says so), replaces only the files it names, each whole, and never follows a link there.
+``grades.json`` says so), replaces only the files it names, each whole, and never follows a link there; every
+file is rendered before the first is written, so a failure leaves no half gradebook.
+
+Why every output is escaped: a student's name, a check's feedback and (in a merge) a whole slice are text a student
+or a forger chose.  HTML is escaped field by field, a CSV text cell that would start a formula is neutralized (the
+OWASP rule, headers included), and a slice is checked against the row's schema (:data:`ROW_FIELDS`) before
+anything is made.
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ from html import escape
 from pathlib import Path
 
 from ..argtypes import UsageError
-from ..inputs import InputError, parse_json, read_text
+from ..inputs import (Field, InputError, array, check_object, describe, integer, nullable, number, parse_json,
+                      read_text, text)
 from ..interrupts import write_file_atomically
 from ..limits import LimitError
 from . import names
-from .batch import Row
+from .batch import GRADED, NOT_GRADED, REFUSED, Row
+from .classlist import printable
 from .notebook import QUESTIONS, read_notebook, source_dir
 from .report import question_label
 from .rubric_table import table_html
@@ -68,7 +76,7 @@ def read(folder: Path) -> dict:
         data = parse_json(read_text(str(path), "grades.json", limit="MAX_GRADEBOOK_BYTES"), "grades.json")
     except (InputError, LimitError) as exc:
         raise UsageError(f"{folder}: not a gradebook of this command ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), list):
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UsageError(f"{folder}: grades.json is not a gradebook of this command (no \"format\": {FORMAT!r})")
     return data
 
@@ -90,23 +98,38 @@ def question_columns(rows: list[Row]) -> list[str]:
 
 
 def csv_text(rows: list[Row]) -> str:
-    """``student, lab, score, max_score, m0xx_main, m0xx_follow, ..., seed, seconds, error``: a row per notebook."""
+    """``student, lab, score, max_score, m0xx_main, m0xx_follow, ..., seed, seconds, status, error, note``: a row
+    per notebook.  A ``not graded`` row has no score (blank, never 0); a ``refused`` one scores 0."""
     columns = question_columns(rows)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["student", "lab", "score", "max_score", *columns, "seed", "seconds", "error"])
+    writer.writerow([_cell(c) for c in ("student", "lab", "score", "max_score", *columns, "seed", "seconds", "status",
+                                        "error", "note")])
     for r in sorted(rows, key=lambda r: (r.student, r.lab)):
         q = r.report.get("questions", {}) if r.report else {}
-        writer.writerow([_cell(r.student), _cell(r.lab), f"{r.score:g}",
-                         "" if r.max_score is None else f"{r.max_score:g}",
-                         *(f"{q[c]['points']:g}" if c in q else "" for c in columns),
-                         "" if r.seed is None else r.seed, f"{r.seconds:.1f}", _cell(r.error)])
+        writer.writerow([_cell(r.student), _cell(r.lab), "" if r.status == NOT_GRADED else _number(r.score),
+                         _number(r.max_score), *(_number(q[c]["points"]) if c in q else "" for c in columns),
+                         _number(r.seed), _number(r.seconds, ".1f"), r.status, _cell(r.error), _cell(r.note)])
     return out.getvalue()
 
 
 def _cell(text: str) -> str:
-    """A text cell no spreadsheet runs as a formula (a student's folder may be named ``=HYPERLINK(...)``)."""
+    """A text cell no spreadsheet runs as a formula (a student's folder may be named ``=HYPERLINK(...)``): the
+    OWASP rule, a ``'`` before a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return."""
+    text = str(text)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def _number(value, spec: str = "g") -> str:
+    """A number this command formats itself, written as a number (``-1`` stays ``-1``); anything else (None: blank)
+    is a text cell, neutralized as one."""
+    if value is None:
+        return ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # (a seed is a whole number, never 8.16e+08)
+    if isinstance(value, float):
+        return format(value, spec)
+    return _cell(str(value))
 
 
 def hidden_checks(lab: str, sources: Path | None) -> set[str]:
@@ -124,19 +147,25 @@ def hidden_checks(lab: str, sources: Path | None) -> set[str]:
 
 
 def feedback_page(row: Row, hidden: set[str], course: str = "") -> str:
+    """The student's page: points by question, each check's feedback, every field escaped.  It never shows the seed
+    (knowing it, a student could compute the hidden cases of a regrade); grades.csv and grades.json keep it."""
     title = f"{row.lab}: {row.student}"
-    if row.report:
+    if row.status == GRADED and row.report:
         r = row.report
         q = r.get("questions", {})
         summary = "; ".join(f"{question_label(k)} {v['points']:g} / {v['max_points']:g}" for k, v in q.items())
-        body = (f"<h2>{r['score']:g} / {r['max_score']:g} points</h2><p>{escape(summary)}</p>"
-                f"{table_html(r, lambda name: name in hidden)}"
+        body = (f"<h2>{escape(_number(r['score']))} / {escape(_number(r['max_score']))} points</h2>"
+                f"<p>{escape(summary)}</p>{table_html(r, lambda name: name in hidden)}"
                 f"<p class=\"note\">Graded by the sandboxed grader of pipeline-kit: your answers ran in an isolated "
-                f"kernel and every check ran in the grader's process. Hidden cases were drawn with seed "
-                f"{row.seed}; a check marked “hidden cases too” was also run on cases you did not see, and its "
-                f"feedback describes what went wrong without showing them.</p>")
+                f"kernel and every check ran in the grader's process. A check marked “hidden cases too” was also "
+                f"run on cases you did not see, and its feedback describes what went wrong without showing them.</p>")
+    elif row.status == NOT_GRADED:
+        body = (f"<h2>Not graded yet</h2><p>The grader's machine failed, not your notebook ({escape(row.error)}); "
+                f"it will be graded again.</p>")
     else:
         body = f"<h2>Not graded</h2><p>{escape(row.error)}</p>"
+    if row.note:
+        body += f"<p class=\"note\">{escape(row.note)}</p>"
     style = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#202124}"
              "table{border-collapse:collapse;width:100%}td,th{padding:4px 8px;border-bottom:1px solid #e0e0e0;"
              "vertical-align:top}tr.pk-group th{background:#f1f3f4}.note{color:#5f6368}")
@@ -146,17 +175,20 @@ def feedback_page(row: Row, hidden: set[str], course: str = "") -> str:
 
 
 def write(folder: Path, rows: list[Row], meta: dict, sources: Path | None = None) -> None:
-    """Write the gradebook: the two files and ``feedback/<student>/<lab>.html`` for every row."""
-    folder.mkdir(exist_ok=True)
+    """Write the gradebook: the two files and ``feedback/<student>/<lab>.html`` for every row -- all rendered
+    first, so nothing is made where one of them cannot be."""
     hidden = {lab: hidden_checks(lab, sources) for lab in {r.lab for r in rows if r.report}}
-    for r in rows:
-        page_dir = folder / "feedback" / safe_name(r.student)
-        for d in (folder / "feedback", page_dir):
-            _own_folder(d)
-        _write(page_dir / f"{safe_name(r.lab)}.html", feedback_page(r, hidden.get(r.lab, set())))
+    pages = {(safe_name(r.student), f"{safe_name(r.lab)}.html"): feedback_page(r, hidden.get(r.lab, set()))
+             for r in rows}
     data = {"format": FORMAT, **meta, "rows": [r.to_dict() for r in sorted(rows, key=lambda r: (r.student, r.lab))]}
-    _write(folder / "grades.csv", csv_text(rows))
-    _write(folder / "grades.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    files = {"grades.csv": csv_text(rows), "grades.json": json.dumps(data, indent=1, ensure_ascii=False) + "\n"}
+    folder.mkdir(exist_ok=True)
+    for (student, page), html in pages.items():
+        for d in (folder / "feedback", folder / "feedback" / student):
+            _own_folder(d)
+        _write(folder / "feedback" / student / page, html)
+    for name, content in files.items():
+        _write(folder / name, content)
 
 
 def _own_folder(d: Path) -> None:
@@ -173,46 +205,143 @@ def _write(path: Path, text: str) -> None:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UsageError(f"argument --gradebook: {path} is not a regular file this command wrote; remove it first")
-    write_file_atomically(str(path), text)
+    write_file_atomically(str(path), _utf8(text))
+
+
+def _utf8(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (a student's string quoted in a check's feedback, decoded from
+    the report's ``\\udcff``) becomes the six characters ``\\udcff``, never a failed write after the whole class
+    was graded."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # -- merging slices -------------------------------------------------------------------------------------------------
 
+def _mapping(item, what: str):
+    """A JSON object whose every value ``item`` accepts (errors name the key)."""
+    def check(value, where: str):
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: expected an object of {what}, got {describe(value)}")
+        return {k: item(v, f"{where}[{printable(repr(k))}]") for k, v in value.items()}
+    return check
+
+
+def _shape(table: dict[str, Field], ignore_unknown: bool = False):
+    return lambda value, where: check_object(value, table, where, ignore_unknown)
+
+
+def _pair(value, where: str):
+    """A ``[student, lab]`` of the class list."""
+    if not (isinstance(value, list) and len(value) == 2):
+        raise InputError(f"{where}: expected [student, lab], got {describe(value)}")
+    return tuple(text()(v, f"{where}[{k}]") for k, v in enumerate(value))
+
+
+def _any_object(value, where: str):
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected an object, got {describe(value)}")
+    return value
+
+
+POINTS = {"points": Field(number(), True), "max_points": Field(number(), True)}
+CHECK_FIELDS = {"name": Field(text(), True), **POINTS, "feedback": Field(text(), True)}
+# one line per field :meth:`.batch.Row.to_dict` writes (``status`` and ``note`` are missing in a gradebook from
+# before them; a row without ``checks`` has no report)
+ROW_FIELDS = {
+    "student": Field(text(), True), "lab": Field(text(), True), "notebook": Field(text(), True),
+    "status": Field(text(GRADED, REFUSED, NOT_GRADED)), "score": Field(nullable(number()), True),
+    "max_score": Field(nullable(number()), True), "seed": Field(nullable(integer(0)), True),
+    "seconds": Field(number(), True), "error": Field(text(), True), "note": Field(text(), default=""),
+    "assignment": Field(nullable(text())), "notebook_id": Field(nullable(text())),
+    "questions": Field(_mapping(_shape(POINTS), "{points, max_points}"), default={}),
+    "checks": Field(array(_shape(CHECK_FIELDS), "checks")), "sandbox": Field(nullable(_any_object)),
+    "shared_runs": Field(array(text(), "commands"), default=[]),
+}
+# what a merge reads of a slice's grades.json besides its rows (other fields are the slice's own record)
+SLICE_FIELDS = {
+    "rows": Field(array(_any_object, "rows"), True),
+    "shard": Field(nullable(_shape({"index": Field(integer(1), True), "of": Field(integer(1), True)}))),
+    "class": Field(array(_pair, "[student, lab] pairs"), default=[]),
+    "shared_runs": Field(_mapping(_shape({"what": Field(text(), True), "seconds": Field(number(), True),
+                                          "error": Field(text(), True)}), "shared runs"), default={}),
+}
+
+
+def slice_rows(folder: str, data: dict) -> tuple[dict, list[Row]]:
+    """A slice's ``grades.json`` checked against the gradebook's schema: (its fields a merge reads, its rows), or a
+    one-line error naming the slice and the field.  Why every field: the merge renders each row into HTML, CSV and
+    nbgrader-free JSON, so a slice someone edited (a seed of ``<script>``, a score of ``"20"``) must stop here."""
+    where = f"{printable(folder)}/grades.json"
+    try:
+        top = check_object(data, SLICE_FIELDS, where, ignore_unknown=True)
+        if top["shard"] and top["shard"]["index"] > top["shard"]["of"]:
+            raise InputError(f"{where}: field 'shard': slice {top['shard']['index']} of {top['shard']['of']}")
+        return top, [_row(d, f"{where}: field 'rows'[{i}]") for i, d in enumerate(top["rows"])]
+    except (InputError, LimitError) as exc:
+        raise UsageError(f"{exc} (a slice is a gradebook this command wrote, unchanged)") from None
+
+
+def _row(d: dict, where: str) -> Row:
+    """One row of a slice, checked (:data:`ROW_FIELDS`, and a status that agrees with the checks) and its names made
+    printable text (a no-op for a row this command wrote)."""
+    v = check_object(d, ROW_FIELDS, where)
+    status = v["status"] or (GRADED if v["checks"] is not None else REFUSED)
+    if (status == GRADED) != (v["checks"] is not None):
+        raise InputError(f"{where}: field 'checks': a {status} row " + ("needs its checks" if status == GRADED else
+                                                                        "has no checks"))
+    if status == GRADED and (v["score"] is None or v["max_score"] is None):
+        raise InputError(f"{where}: field 'score': a graded row has a score and a max_score, got null")
+    report = None if v["checks"] is None else {k: v[k] for k in ("score", "max_score", "questions", "checks",
+                                                                   "sandbox", "shared_runs")}
+    shown = {k: None if v[k] is None else printable(v[k])
+             for k in ("student", "lab", "notebook", "error", "note", "assignment", "notebook_id")}
+    return Row(shown["student"], shown["lab"], shown["notebook"], v["seed"], v["seconds"], report, shown["error"],
+               shown["assignment"], shown["notebook_id"], status, shown["note"])
+
+
 def merge(folders: list[str], out: str) -> tuple[dict, list[str]]:
-    """One gradebook from the slices' gradebooks: (its data, the problems to report).  Refuses a student's lab
-    graded in two slices; reports the slices and the class's notebooks no gradebook holds."""
+    """One gradebook from the slices' gradebooks: (its data, the problems to report).  Every slice is checked
+    whole before anything is made; refuses a student's lab graded in two slices; reports the slices and the
+    class's notebooks no gradebook holds, and the notebooks not graded (the machine failed: rerun them)."""
     target = check_folder(out, "--out")
     books = []
     for f in folders:
         if Path(f).resolve() == target.resolve():
-            raise UsageError(f"argument --out: {out} is also one of the gradebooks merged; give a new folder")
-        books.append((f, read(Path(f))))
+            raise UsageError(f"argument --out: {printable(out)} is also one of the gradebooks merged; give a new "
+                             "folder")
+        books.append((f, *slice_rows(f, read(Path(f)))))
     rows: dict[tuple[str, str], tuple[str, Row]] = {}
-    for f, data in books:
-        for d in data["rows"]:
-            row = Row.from_dict(d)
+    for f, _, slice_ in books:
+        for row in slice_:
             key = (row.student, row.lab)
             if key in rows:
-                raise UsageError(f"{f}: {row.student} {row.lab} is also in {rows[key][0]} (slices must not overlap: "
-                                 "each is graded with a different --shard K/N)")
+                raise UsageError(f"{printable(f)}: {row.student} {row.lab} is also in {printable(rows[key][0])} "
+                                 "(slices must not overlap: each is graded with a different --shard K/N)")
             rows[key] = (f, row)
     problems = []
-    shards = {d.get("shard", {}).get("of") for _, d in books if d.get("shard")}
+    shards = {d["shard"]["of"] for _, d, _ in books if d["shard"]}
     if len(shards) > 1:
         raise UsageError(f"the gradebooks are slices of different splits ({', '.join(sorted(map(str, shards)))} "
                          "slices): merge the slices of one --shard K/N run")
     if shards:
         n = shards.pop()
-        have = {d["shard"]["index"] for _, d in books if d.get("shard")}
+        have = {d["shard"]["index"] for _, d, _ in books if d["shard"]}
         missing = sorted(set(range(1, n + 1)) - have)
         if missing:
             problems.append(f"missing slices: {', '.join(f'{k}/{n}' for k in missing)}")
-    roster = {tuple(k) for _, d in books for k in d.get("class", [])}
+    roster = {tuple(printable(n) for n in k) for _, d, _ in books for k in d["class"]}
     absent = sorted(roster - set(rows))
     if absent:
-        problems.append(f"{len(absent)} notebook(s) of the class graded in no slice: "
-                        + ", ".join(f"{s} {lab}" for s, lab in absent[:10]) + (" ..." if len(absent) > 10 else ""))
+        problems.append(f"{len(absent)} notebook(s) of the class graded in no slice: " + _listed(absent))
+    failed = sorted(k for k, (_, r) in rows.items() if r.status == NOT_GRADED)
+    if failed:
+        problems.append(f"{len(failed)} notebook(s) not graded (the machine failed, not the notebook): rerun them: "
+                        + _listed(failed))
     merged = [r for _, r in rows.values()]
-    meta = {"merged_from": [str(f) for f in folders], "class": sorted(roster), "shared_runs":
-            {k: v for _, d in books for k, v in d.get("shared_runs", {}).items()}}
+    meta = {"merged_from": [printable(str(f)) for f in folders], "class": sorted(roster), "shared_runs":
+            {k: v for _, d, _ in books for k, v in d["shared_runs"].items()}}
     return {"folder": target, "rows": merged, "meta": meta}, problems
+
+
+def _listed(keys: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{s} {lab}" for s, lab in keys[:10]) + (" ..." if len(keys) > 10 else "")

@@ -129,7 +129,7 @@ class StudentKernel:
                 "control_port": 4, "hb_port": 5, "key": secrets.token_hex(32), "signature_scheme": "hmac-sha256",
                 "kernel_name": ""}
         to_relay, from_relay = os.pipe(), os.pipe()
-        env = sandbox.environment(own)
+        env = {**sandbox.environment(own), "PYTHONPATH": str(sandbox.ROOT)}  # the kit, and nothing else of the host's
         relay = sandbox.Program([sys.executable, "-I", str(RELAY), str(to_relay[0]), str(from_relay[1])], env,
                                 f"{own}/cwd", fds=[to_relay[0], from_relay[1]], outside=True)
         kernel = sandbox.Program([sys.executable, "-P", "-m", "ipykernel_launcher", "-f", f"{own}/connection.json"],

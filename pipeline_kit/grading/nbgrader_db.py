@@ -3,8 +3,10 @@
 Why: formgrader, ``nbgrader export`` and the LMS exports read that database, and under ``nbgrader autograde``
 the checks run in the student's own kernel, where they can be replaced.  So the kit grades (sandboxed) and then
 sets each grade cell's ``auto_score`` here, by the cell's ``grade_id``, through nbgrader's own ``Gradebook`` API;
-the submission is created the way ``autograde`` creates it where it is not there yet.  A cell the kit did not
-grade (the notebook was not gradable) gets 0, so a stale score of an earlier run never survives a regrade.
+the submission is created the way ``autograde`` creates it where it is not there yet.  A cell of a refused
+notebook (no lab, unreadable, not the student's own file: the notebook's fault) gets 0, so a stale score of an
+earlier run never survives a regrade.  A notebook *not graded* (the machine failed, not the notebook) gets nothing
+at all -- no student, no submission, no score -- and a problem line: a machine's failure is never a score.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 from pathlib import Path
 
 from ..argtypes import UsageError
-from .batch import Row
+from .batch import NOT_GRADED, Row
 
 
 def database_url(course: str) -> str:
@@ -54,6 +56,10 @@ def record(url: str, rows: list[Row]) -> list[str]:
         warnings.simplefilter("ignore")  # (SQLAlchemy's autoflush warning inside nbgrader's own add_submission)
         for row in rows:
             if row.assignment is None:
+                continue
+            if row.status == NOT_GRADED:
+                problems.append(f"{row.student} {row.assignment}: not graded ({row.error}); nothing written: "
+                                "rerun it")
                 continue
             gb.update_or_create_student(row.student)
             try:

@@ -27,6 +27,15 @@ class GradeError(Exception):
     """The notebook cannot be graded at all (not a lab, unreadable): a usage error, not a score."""
 
 
+EXIT_NOT_GRADED = 3  # ``grade``'s exit status when the machine, not the notebook, failed the grade
+
+
+class NotGraded(GradeError):
+    """The machine failed the grade, not the notebook: a kernel that would not start, a given cell the student did
+    not change that failed, a sandbox ended from outside -- after one retry.  The grade is withheld (a ``not
+    graded: <reason>`` row, nothing written to nbgrader's database), never turned into a score."""
+
+
 def source_dir() -> Path:
     """``solutions/`` beside the package: the canonical notebooks (the kit is installed editable)."""
     return Path(__file__).resolve().parents[2] / "solutions"

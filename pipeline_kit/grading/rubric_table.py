@@ -57,7 +57,8 @@ def table_text(report: dict, hidden) -> list[str]:
 
 
 def table_html(report: dict, hidden) -> str:
-    """The table as an HTML ``<table>`` (inline styles only: it is shown in notebooks and in offline files)."""
+    """The table as an HTML ``<table>`` (inline styles only: it is shown in notebooks and in offline files).  Every
+    field is escaped: a report may come from a gradebook slice someone edited."""
     rows = []
     for title, checks in grouped(report):
         subtotal = points(_sum(checks, "points"), _sum(checks, "max_points"))
@@ -69,8 +70,8 @@ def table_html(report: dict, hidden) -> str:
             more = ' <span style="color:#5f6368">(hidden cases too)</span>' if hidden(c["name"]) else ""
             feedback = "passed" if ok else escape(c["feedback"])
             name = f'<code>{escape(c["name"])}</code>'
+            earned = escape(f"{c['points']:g} / {c['max_points']:g}")
             rows.append(f'<tr class="pk-check"><td>{mark}</td><td style="text-align:left">{name}{more}</td>'
                         f'<td style="text-align:left">{feedback}</td>'
-                        f'<td style="text-align:right;white-space:nowrap">{c["points"]:g} / {c["max_points"]:g}'
-                        f'</td></tr>')
+                        f'<td style="text-align:right;white-space:nowrap">{earned}</td></tr>')
     return f"<table>{''.join(rows)}</table>"

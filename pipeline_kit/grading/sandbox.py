@@ -11,6 +11,7 @@ reported before the student's code ran -- never from a file or a message the stu
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
@@ -22,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..launch import REPLAY_ENV, SHARE_ENV
-from . import cgroups
+from ..launch import FIXED_ENV, REPLAY_ENV
+from . import cgroups, identity, syscall_filter
 
 LAUNCHER = Path(__file__).with_name("_sandbox_init.py")
 OWN = "/run/student"             # the program's folder inside the sandbox: HOME, cwd, IPC sockets (a tmpfs)
@@ -35,17 +36,27 @@ PROCESS_LIMIT = 512              # processes and threads (an honest lab 6 kernel
 FILE_SIZE_LIMIT = 256 * 2**20    # bytes per file the program writes
 SIZES = {"tmp": 512 * 2**20, "shm": 512 * 2**20, "own": 256 * 2**20}  # the tmpfs mounts: /tmp, /dev/shm, OWN
 START_TIMEOUT = 60.0             # seconds the launcher may take to report (it takes ~0.1 s)
-ENV_KEPT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "OMP_NUM_THREADS",
-            "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TERM")
+ENV_KEPT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "VIRTUAL_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES", "TERM")  # (never PYTHONPATH: it names the grader's folders, a course's say)
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# of /etc, only what a Python program, its dynamic loader, fonts and torchrun's localhost rendezvous read (the
+# launcher adds a passwd and group naming the sandbox's user); never the rest, which describes the machine
+ETC = tuple(f"/etc/{name}" for name in (
+    "alternatives", "fonts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "hosts",
+    "host.conf", "nsswitch.conf", "gai.conf", "protocols", "services", "mime.types", "os-release", "debian_version"))
 KIT_FILES = ("pipeline_kit", "book/data")  # what of the repository a kernel sees: the package and run data
 KERNEL_REPLAY_ENV = "PIPELINE_KIT_KERNEL_TORCHRUN_REPLAY"
 OFF = "PIPELINE_KIT_SANDBOX"
 
 
 class SandboxUnavailable(Exception):
-    """Isolation was asked for and could not be had: the grade stops (one line, exit 2)."""
+    """Isolation was asked for and could not be had: the grade stops (one line, exit 2) -- or, where the machine
+    ran short of something (``transient``: processes, memory, file descriptors), is not graded."""
+
+    def __init__(self, why: str, transient: bool = False):
+        super().__init__(why)
+        self.transient = transient
 
 
 def wanted(sandboxed: bool = True) -> str | None:
@@ -76,19 +87,35 @@ def replay_dir() -> Path | None:
     does not test those jobs (nbval runs the solutions' jobs for real).  The kernel replays when the grader
     replays (``PIPELINE_KIT_TORCHRUN_REPLAY``: the wrong-answer gradings) or when only the kernel should
     (``PIPELINE_KIT_KERNEL_TORCHRUN_REPLAY``: the full-marks gradings, whose grader runs its own jobs for
-    real) -- and a class's batch grade shares its grader's recordings (``PIPELINE_KIT_TORCHRUN_SHARE``, see
-    :mod:`.batch`).  Only the grader's own environment can turn this on; the kernel sees the folder read-only.
+    real) -- and a class's batch grade shows its lab's fixed jobs, recorded once by the batch
+    (``PIPELINE_KIT_TORCHRUN_FIXED``, see :mod:`.batch`): never a job of another student's.  Only the grader's
+    own environment can turn this on; the kernel sees the folder read-only.
     """
-    replay = os.environ.get(KERNEL_REPLAY_ENV) or os.environ.get(SHARE_ENV) or os.environ.get(REPLAY_ENV)
+    replay = os.environ.get(KERNEL_REPLAY_ENV) or os.environ.get(FIXED_ENV) or os.environ.get(REPLAY_ENV)
     return Path(replay).resolve() if replay and Path(replay).is_dir() else None
 
 
 def _python_paths() -> list[Path]:
-    """The Python install, the venv and ``sys.path`` -- but not ``sys.path[0]`` (the folder the grader was started
-    from, or its script's: an instructor's course folder, say) unless Python was told not to add it."""
-    search = sys.path if sys.flags.safe_path else sys.path[1:]
+    """The Python install and the venv (their prefixes, the interpreter's folder, the site-packages folders, the
+    user's own where Python searches it) and the folders their ``.pth`` files add -- never a ``sys.path`` entry
+    that came from ``PYTHONPATH``, nor ``sys.path[0]``, nor one that is, holds or lies in the folder the grader was
+    started in.  Those are an instructor's course folder, with its students' notebooks and the course secret, and
+    the kit needs none of them: the kernel finds the kit in :data:`ROOT`."""
+    import site
+    installed = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
+                 *site.getsitepackages()]
+    user_site = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and user_site in sys.path:
+        installed.append(user_site)
+    given = {os.path.realpath(p or ".") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)}
+    here = Path(os.path.realpath(os.getcwd()))
+    added = []
+    for p in sys.path if sys.flags.safe_path else sys.path[1:]:
+        real = Path(os.path.realpath(p or "."))
+        if str(real) not in given and real != here and real not in here.parents and here not in real.parents:
+            added.append(p)
     out = []
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable), *search}:
+    for p in [*installed, *added]:
         if p and os.path.isdir(p):
             out += [Path(os.path.abspath(p)), Path(os.path.realpath(p))]
     return out
@@ -117,7 +144,7 @@ def kernel_paths(solutions: Path) -> list[str]:
     never a folder holding ``solutions``."""
     hidden = [solutions.resolve(), ROOT / "solutions", ROOT / ".git"]
     replay = replay_dir()
-    return _outermost([*map(Path, SYSTEM), *_python_paths(), *(ROOT / k for k in KIT_FILES),
+    return _outermost([*map(Path, SYSTEM + ETC), *_python_paths(), *(ROOT / k for k in KIT_FILES),
                        *([replay] if replay else [])], hidden)
 
 
@@ -128,7 +155,7 @@ def kit_free_paths() -> tuple[list[str], list[str]]:
     kit = Path(__file__).resolve().parents[1]
     hidden = [ROOT, kit, *map(Path, site.getsitepackages()), Path(site.getusersitepackages()), Path(sys.prefix)]
     base = [Path(sys.base_prefix), Path(os.path.realpath(sys.base_prefix))]
-    binds = _outermost([*map(Path, SYSTEM), *base], [ROOT, kit])
+    binds = _outermost([*map(Path, SYSTEM + ETC), *base], [ROOT, kit])
     return binds, sorted({str(h) for h in hidden})
 
 
@@ -172,6 +199,7 @@ class Box:
     proc: subprocess.Popen
     mode: str                   # "root", "user namespace" or "off"
     cgroup: cgroups.Cgroup | None
+    user: identity.Identity | None = None  # as root: the uid this sandbox alone runs as, held until it is gone
     outside: list[int] = field(default_factory=list)  # the relay: outside the pid namespace, ended here too
     stopped: bool = False
     memory_death: bool = False
@@ -214,6 +242,8 @@ class Box:
         if self.cgroup is not None:
             self.cgroup.remove()
         _wait_gone(pid_ns, self.outside)
+        if self.user is not None:  # only now: no process of the uid is left for the next sandbox to meet
+            self.user.release()
 
 
 EXIT_MEMORY = 99  # the launcher's code when its watchdog ended the sandbox (``_sandbox_init.EXIT_MEMORY``)
@@ -272,7 +302,7 @@ def limits_text(group: cgroups.Cgroup | None) -> str:
     watch = (f"pid 1 ends the sandbox when its processes' resident memory and its tmpfs mounts pass "
              f"{TOTAL_MEMORY / 2**30:g} GiB")
     whole = f"{watch}; {group.describe()}" if group is not None else (
-        f"{watch}; no cgroup here: at most {PROCESS_LIMIT:,} processes for its user")
+        f"{watch}; no cgroup here: at most {PROCESS_LIMIT:,} processes for its user, which is its own")
     return (f"{whole}; per process {MEMORY_LIMIT / 2**30:g} GiB of address space and {FILE_SIZE_LIMIT / 2**20:g} MiB "
             f"per file; writable only tmpfs ({tmpfs})")
 
@@ -283,11 +313,19 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
     launcher's report.  ``host_dir`` is a fresh folder of the grader's; ``dirs`` and ``files`` are made in the
     programs' own folder."""
     own = str(host_dir / "own") if off else OWN
+    user, syscalls = None, ""
+    if not off:
+        try:
+            syscalls = base64.b64encode(syscall_filter.bpf()).decode()
+            user = identity.take() if os.geteuid() == 0 else None
+        except OSError as exc:  # no libseccomp, or no uid of the range left
+            raise SandboxUnavailable(str(exc), transient=isinstance(exc, identity.NoIdentity)) from None
     group = None if off else cgroups.create(TOTAL_MEMORY + CGROUP_MARGIN, PROCESS_LIMIT)
     if not off:
         (host_dir / "root").mkdir()
     passed = [fd for p in programs for fd in p.fds]
-    cfg = {"mode": "off" if off else "isolate", "newroot": str(host_dir / "root"), "own": own, "binds": binds,
+    cfg = {"mode": "off" if off else "isolate", "uid": user.uid if user else None, "seccomp": syscalls,
+           "newroot": str(host_dir / "root"), "own": own, "binds": binds,
            "hide": hide, "sizes": SIZES, "dirs": list(dirs), "files": dict(files or {}),
            "cgroups": [str(d) for d in group.dirs] if group else [],
            "programs": [{"argv": p.argv, "env": p.env, "cwd": p.cwd, "fds": p.fds, "outside": p.outside}
@@ -301,7 +339,7 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
         proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), str(status_w), str(os.getpid())],
                                 stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.DEVNULL,
                                 pass_fds=(status_w, *passed), start_new_session=True, cwd="/")
-        box = Box(proc, "off" if off else "?", group)
+        box = Box(proc, "off" if off else "?", group, user)
         os.close(status_w)
         status_w = None
         proc.stdin.write(json.dumps(cfg).encode())
@@ -311,10 +349,13 @@ def start(programs: list[Program], host_dir: Path, binds: list[str], hide: list[
     except BaseException as exc:  # an interrupt too: a launcher no caller holds yet must not outlive the grade
         if box is not None:
             box.stop()
-        elif group:
-            group.remove()
-        if isinstance(exc, OSError) and box is None:
-            raise SandboxUnavailable(f"the sandbox's launcher did not start ({exc})") from None
+        else:
+            if group:
+                group.remove()
+            if user:
+                user.release()
+        if isinstance(exc, OSError) and box is None:  # (fork or exec of the launcher: the machine ran short)
+            raise SandboxUnavailable(f"the sandbox's launcher did not start ({exc})", transient=True) from None
         raise
     finally:
         for fd in (status_r, status_w):
@@ -329,8 +370,9 @@ def _started(box: Box, lines: list[dict]) -> Box:
     if ok is None or ok.get("ok") is not True:
         why = str(ok.get("why", "")) if ok else ""
         box.stop()
+        # a launcher that died before it said anything ran out of something too (a fork, memory)
         raise SandboxUnavailable(why or f"the sandbox's launcher ended with status {box.proc.returncode} before it "
-                                        "reported")
+                                        "reported", transient=bool(ok.get("transient")) if ok else True)
     if box.mode == "off":
         return box
     box.mode = str(ok.get("mode"))
