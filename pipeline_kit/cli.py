@@ -381,8 +381,13 @@ COMMANDS: list[Command] = [
     ("speedup", "decompose a pipeline's speedup: bubble, imbalance, P2P, remainder", layout_commands.add_speedup_args,
      layout_commands.cmd_speedup),
     ("plan", "pick schedule, pp, v, M and layout for a model on N GPUs under a memory budget, and say why",
-     plan_commands.add_plan_args, plan_commands.cmd_plan),
+     plan_commands.add_plan_args, lambda args: plan_commands.cmd_plan(args, _save_plan_plot)),
 ]
+
+
+def _save_plan_plot(search, path: str) -> None:
+    from .viz.plan import save_plan_plot  # matplotlib only when a plot is asked for
+    save_plan_plot(search, path)
 
 
 def build_parser() -> OneLineParser:

@@ -20,7 +20,7 @@ import pytest
 from lab_grading import LABS, ROOT, SOLUTIONS, replayed_torchrun, sandbox_processes, with_answers
 
 from pipeline_kit.grading import names
-from pipeline_kit.grading.questions import grader_runs
+from pipeline_kit.course.questions import grader_runs
 from pipeline_kit.grading.sandbox import KERNEL_REPLAY_ENV
 from pipeline_kit.grading.engine import grade
 from pipeline_kit.grading.notebook import cell_kind, nbgrader_meta

@@ -103,7 +103,7 @@ def test_student_exceptions_are_rebuilt_from_builtin_or_kit_classes():
     assert isinstance(exc, ValueError) and type(exc).__name__ == "MyError" and str(exc) == "bad input"
     assert isinstance(remote.rebuild_exception({"type": "LayoutError", "module": "pipeline_kit.layout.spec",
                                                 "bases": [], "message": "x"}), LayoutError)
-    forged = remote.rebuild_exception({"type": "LabCheckFailed", "module": "pipeline_kit.grading.labs.common",
+    forged = remote.rebuild_exception({"type": "LabCheckFailed", "module": "pipeline_kit.course.labs.common",
                                        "bases": ["AssertionError"], "message": "passed"})
     assert type(forged).__module__ == "student"  # a student cannot raise the grader's own failure class
 
@@ -124,7 +124,7 @@ def test_hidden_cases_follow_the_grade_seed():
 def test_names_resolve_from_the_canonical_notebook():
     cells = [("given", "given_1", "%matplotlib inline\nfrom pipeline_kit.sim import simulate\ndata = 5\n"),
              ("answer", "a", "def f(x):\n    return simulate\n"),
-             ("test", "t1", "from pipeline_kit.grading.labs import lab01\nbase = 1\nlab01.check(f, data, simulate)\n"),
+             ("test", "t1", "from pipeline_kit.course.labs import lab01\nbase = 1\nlab01.check(f, data, simulate)\n"),
              ("test", "t2", "lab01.check(base, max)")]
     resolver = names.Resolver(cells)
     first = resolver.origins(2)
@@ -172,6 +172,7 @@ def _limit_memory():
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(NOTEBOOK.map(json.dumps), st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
                  st.sampled_from(["[" * 50_000, '{"nbformat": 4, "cells": ' + "[" * 50_000])))
+@pytest.mark.slow
 def test_grade_answers_malformed_notebooks_in_one_line(tmp_path, tiny_solutions, text):
     path = tmp_path / "lab01_tiny.ipynb"
     path.write_text(text, encoding="utf-8", errors="surrogateescape")
@@ -185,6 +186,7 @@ def test_grade_answers_malformed_notebooks_in_one_line(tmp_path, tiny_solutions,
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.slow
 def test_make_labs_check_names_a_corrupt_solution(tmp_path):
     (tmp_path / "lab01_broken.ipynb").write_text('{"cells": [')
     proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "make-labs", "--check", "--solutions", str(tmp_path),

@@ -1,8 +1,9 @@
-"""The kit's modules import in layers: no import circles (imports inside functions count too), and in the grading
-package the engine sits below the notebook-facing layer and the question modules below the lab modules that
-re-export them."""
+"""The kit's modules import in layers: no import circles (imports inside functions count too), every import runs
+from a higher layer to a lower one (:data:`LAYERS`), the grading engine imports no lab's checks (the course sits
+above it), and in the course the question modules sit below the lab modules that re-export them."""
 
 import ast
+import re
 from pathlib import Path
 
 KIT = Path(__file__).resolve().parents[1] / "pipeline_kit"
@@ -77,9 +78,61 @@ def test_no_import_circles():
 def test_grading_layers():
     graph = _graph()
     for name, deps in graph.items():
-        if name.startswith("pipeline_kit.grading.questions"):
-            assert not {d for d in deps if d.startswith("pipeline_kit.grading.labs")}, name
+        if name.startswith("pipeline_kit.course.questions"):
+            assert not {d for d in deps if d.startswith("pipeline_kit.course.labs")}, name
     assert "pipeline_kit.grading.engine" not in graph["pipeline_kit.grading.notebook"]
+
+
+# The kit's packages, lowest first: a module imports only from its own layer or lower ones.
+LAYERS = [
+    {"limits", "inputs", "arguments", "argtypes", "interrupts"},  # the input and limit rules everything shares
+    {"schedules"}, {"trace"}, {"sim"}, {"layout"},  # no torch, no matplotlib
+    {"runtime"}, {"run", "launch"},  # torch: the real pipeline and its launcher
+    {"plan"},  # the planner: search and memory, drawing nothing
+    {"viz"},  # the drawings (of schedules, traces and plans)
+    {"grading"},  # the grading engine: sandbox, kernel, wire, batch, gradebook -- no lab by name
+    {"course"},  # the course: each lab's checks by question, named by its canonical notebook
+    {"cli", "__main__"},  # the command line
+]
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else module
+    return next(i for i, layer in enumerate(LAYERS) if top in layer)
+
+
+def test_imports_run_downward():
+    upward = sorted(f"{name} -> {dep}" for name, deps in _graph().items() if name != "pipeline_kit"
+                    for dep in deps if dep != "pipeline_kit" and _layer(dep) > _layer(name))
+    assert upward == []
+
+
+def test_every_package_has_a_layer():
+    tops = {name.split(".")[1] for name in _modules() if "." in name}
+    assert tops <= set().union(*LAYERS), tops - set().union(*LAYERS)
+
+
+def test_the_engine_imports_no_lab():
+    """A lab is added by adding its notebook and its checks: the engine reaches a lab's checks only through the
+    module its canonical notebook names (``metadata.pipeline_kit.checks``)."""
+    graph = _graph()
+    engine = {name: deps for name, deps in graph.items() if name.startswith("pipeline_kit.grading")}
+    assert engine and not {f"{n} -> {d}" for n, deps in engine.items() for d in deps if ".course" in d}
+    named = sorted(f"{path.name}:{node.lineno}: {node.value!r}" for path in (KIT / "grading").rglob("*.py")
+                   for node in _code_strings(ast.parse(path.read_text())) if LAB_NAME.search(node.value))
+    assert named == [], "the engine names a lab"
+
+
+LAB_NAME = re.compile(r"\blab\d\d")
+
+
+def _code_strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of a module that are not docstrings (which may name a lab as an example)."""
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docs]
 
 
 def test_a_circle_is_found():

@@ -4,12 +4,13 @@ import pytest
 import torch.nn.functional as F
 from lab_grading import assert_partial, grade_answers
 
-from pipeline_kit.grading.labs import lab01
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab01
+from pipeline_kit.course.labs.common import LabCheckFailed
 
 LAB = "lab01_schedule_selection"
 
 
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """One notebook, every independent wrong answer at once; the numpy and dotted-name answers are right."""
     answers = {
@@ -133,8 +134,8 @@ def test_the_check_modules_import_neither_torch_nor_matplotlib():
     import subprocess
     import sys
     code = ("import sys\n"
-            "from pipeline_kit.grading.labs import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09\n"
-            "from pipeline_kit.grading.labs import lab10\n"
+            "from pipeline_kit.course.labs import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09\n"
+            "from pipeline_kit.course.labs import lab10\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'matplotlib'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

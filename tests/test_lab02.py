@@ -5,8 +5,8 @@ import pytest
 from lab_grading import assert_partial, grade_answers
 
 from pipeline_kit.grading import timeline_grid
-from pipeline_kit.grading.labs import lab02
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab02
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.schedules import build_schedule
 from pipeline_kit.sim import simulate
 
@@ -82,6 +82,7 @@ def test_measurements():
 
 # -- one whole notebook: each wrong answer costs exactly its checks ---------------------------------------
 
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """Swapped drawings, a backward drawn too early, the 'current microbatch' myth, B0 on rank 0 and a warmup
     one too long -- and Fraction / numpy answers, which are right."""

@@ -6,9 +6,9 @@ from fractions import Fraction
 import pytest
 from lab_grading import assert_partial, grade_answers
 
-from pipeline_kit.grading.labs import lab03
-from pipeline_kit.grading.questions import m045
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab03
+from pipeline_kit.course.questions import m045
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.layout import PRESETS, boundary_bytes, even_layout, stage_costs
 from pipeline_kit.schedules import build_schedule
 from pipeline_kit.sim import simulate
@@ -17,6 +17,7 @@ LAB = "lab03_bubble"
 
 
 # -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """(pp-1)/M for the idle share, the measured makespan as 'achievable', GPipe's memory, b as a confounder --
     and pp8 rounded to 3 decimals (0.438 for 7/16), which is right."""

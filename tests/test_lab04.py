@@ -3,8 +3,8 @@
 import pytest
 from lab_grading import assert_partial, grade_answers
 
-from pipeline_kit.grading.labs import lab04
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab04
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.schedules import one_f_one_b
 
 LAB = "lab04_1f1b_generator"

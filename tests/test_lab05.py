@@ -13,8 +13,8 @@ import pytest
 import torch
 from lab_grading import assert_partial, grade_answers
 
-from pipeline_kit.grading.labs import lab05
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab05
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.runtime.p2p import Message
 from pipeline_kit.schedules import build_schedule
 from pipeline_kit.sim.blocking_p2p import run_blocking, runtime_program
@@ -23,6 +23,7 @@ LAB = "lab05_p2p"
 
 
 # -- one whole notebook: each wrong answer costs exactly its checks ----------------------------------------
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """A blocking order that hangs, bytes without the element size (which the answers built on it inherit),
     and a diagnosis that blames the victim of a hang -- the real torchrun jobs replayed."""

@@ -10,15 +10,16 @@ import pytest
 import torch
 from lab_grading import SOLUTIONS, assert_partial, grade_answers
 
-from pipeline_kit.grading.labs import lab06
-from pipeline_kit.grading.questions import m047
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab06
+from pipeline_kit.course.questions import m047
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.layout import ModelSpec
 
 LAB = "lab06_stages"
 
 
 # -- one whole notebook: each wrong answer costs exactly its checks ----------------------------------------
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """The loss not divided by M, a layout that loads the endpoints, an endpoint count without the position
     table -- each in its own answer cell; the real torchrun job replayed."""
@@ -95,6 +96,7 @@ def fake_run(params, grads="True", loss="5.7461", code=0):
     return SimpleNamespace(returncode=code, stdout=out, stderr="")
 
 
+@pytest.mark.slow
 def test_solution_passes(sol):
     lab06.check_stage_parts(sol["stage_parts"], [(2, 3, 7), (1, 4, 6)])
     lab06.check_build_stage(sol["build_my_stage"], [(lab06.small_cfg(layers=2), 1)])

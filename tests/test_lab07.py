@@ -6,8 +6,8 @@ import statistics
 import pytest
 from lab_grading import assert_partial, grade_answers
 
-from pipeline_kit.grading.labs import lab07
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab07
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.layout import parse_layout, service_times
 
 LAB = "lab07_imbalance"
@@ -15,6 +15,7 @@ MAIN = [("the lab's trace", lab07.lab_trace())]
 
 
 # -- one whole notebook: each wrong answer costs its own check(s) only ----------------------------------------
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """Idle without the tail, layers taken off the embedding stage (which the next experiment reuses), the bubble
     as Megatron's ratio, the naive M = 32 claim -- each in its own answer cell."""

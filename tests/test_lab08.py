@@ -10,8 +10,8 @@ from fairness_catalogue.lab08 import NO_DTYPE, NO_POSITIONS, STRICT  # the catal
 from lab_grading import SOLUTIONS, assert_partial, grade_answers, replayed_torchrun, with_answers
 
 from pipeline_kit.grading.engine import grade
-from pipeline_kit.grading.labs import lab08
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab08
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.layout import PRESETS, ModelSpec, even_layout, stage_costs
 from pipeline_kit.schedules import build_schedule, interleaved_warmup
 from pipeline_kit.sim import simulate
@@ -20,6 +20,7 @@ LAB = "lab08_interleaved"
 
 
 # -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """Contiguous chunks, the interview question bank's (1/v) bubble, a warmup without the M x v cap, and the last
     rank freeing nothing with chunks -- each in its own answer cell; the real torchrun job replayed."""
@@ -70,6 +71,7 @@ def _solution_cell(gid: str) -> str:
 
 
 
+@pytest.mark.slow
 def test_three_mistakes_score_the_same_under_two_seeds(tmp_path):
     """No d/2 scaling, no position embedding (reused by memory_terms and fullest: it costs once, at
     m052_main_endpoints) and a strict `<` in snapshot: the same score, points and feedback under two seeds."""

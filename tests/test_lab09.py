@@ -7,8 +7,8 @@ from fractions import Fraction
 import pytest
 from lab_grading import assert_partial, grade_answers
 
-from pipeline_kit.grading.labs import lab09
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab09
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.layout import even_layout
 from pipeline_kit.schedules import build_schedule
 from pipeline_kit.sim import simulate
@@ -25,6 +25,7 @@ def right_peaks(pp, m):
 
 
 # -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """The looped placement, every boundary counted as a message, 1F1B's bubble, 1F1B's memory doubled and a
     'fewer messages' belief -- each in its own answer cell; the speedup and refusals answered right, differently
@@ -196,7 +197,7 @@ def test_a_wrong_v_stage_costs_its_own_point_only():
 
 def test_the_placement_cell_shares_its_points():
     from pipeline_kit.grading.parts import run_test_cell
-    source = ("from pipeline_kit.grading.labs import lab09\n"
+    source = ("from pipeline_kit.course.labs import lab09\n"
               "lab09.check_v_stage(v_stage, [4])\n"
               "lab09.check_v_owner(v_owner, [4], v_stage)\n"
               "lab09.check_v_rank_layers(v_rank_layers, [(4, 16)], v_stage)\n")

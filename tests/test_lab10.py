@@ -10,10 +10,10 @@ from fairness_catalogue import lab10 as catalogue
 from lab_grading import LABS, SOLUTIONS, assert_partial, grade_answers
 
 from pipeline_kit.grading.engine import grade
-from pipeline_kit.grading.labs import lab10
-from pipeline_kit.grading.labs.common import LabCheckFailed
+from pipeline_kit.course.labs import lab10
+from pipeline_kit.course.labs.common import LabCheckFailed
 from pipeline_kit.grading.notebook import nbgrader_meta
-from pipeline_kit.grading.questions import plan_problem
+from pipeline_kit.course.questions import plan_problem
 from pipeline_kit.layout import even_split
 
 LAB = "lab10_planning"
@@ -35,6 +35,7 @@ CHOICE = {"schedule": BEST.schedule, "pp": BEST.pp, "chunks": BEST.chunks, "micr
 
 
 # -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """Adam's state forgotten, the average rank sized, decide upside down -- each in its own answer cell."""
     answers = {"memory": _answer("memory") + "\n\n" + catalogue.NO_OPTIMIZER,
@@ -49,6 +50,7 @@ def test_typical_wrong_answers(tmp_path):
     assert report.score == 15 - 0.5 - 2 - 2
 
 
+@pytest.mark.slow
 def test_forgeries_score_zero(tmp_path):
     """The untouched lab with forged answers: values equal to everything, the kit's checks and planner patched in
     the kernel -- the grader judges plain data with its own planner."""

@@ -12,8 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "labs").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
-CHECK_MODULES = sorted((ROOT / "pipeline_kit" / "grading" / "questions").glob("*.py")) + \
-    sorted((ROOT / "pipeline_kit" / "grading" / "labs").glob("*.py"))
+CHECK_MODULES = sorted((ROOT / "pipeline_kit" / "course" / "questions").glob("*.py")) + \
+    sorted((ROOT / "pipeline_kit" / "course" / "labs").glob("*.py"))
 
 # Every "seed" that may stay: each means a random seed.  Keep it this short; a new entry needs a reason.
 RANDOM_SEED = (

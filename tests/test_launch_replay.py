@@ -38,21 +38,21 @@ def test_a_recording_made_with_other_kit_sources_is_not_replayed(tmp_path, monke
     assert proc.returncode != 0 and "no.such.module" in proc.stderr  # it ran
 
 
-def test_the_digest_covers_the_runtime_and_not_the_grader(tmp_path, monkeypatch):
+def test_the_digest_covers_the_runtime_and_not_the_grader_or_the_course(tmp_path, monkeypatch):
     root = tmp_path / "kit"
-    for rel in ("pipeline_kit/runtime/p2p.py", "pipeline_kit/grading/engine.py"):
+    for rel in ("pipeline_kit/runtime/p2p.py", "pipeline_kit/grading/engine.py", "pipeline_kit/course/labs/lab01.py"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("x = 1\n")
     monkeypatch.setattr(launch, "ROOT", root)
     digests = []
     for rel, text in [(None, None), ("pipeline_kit/grading/engine.py", "x = 2\n"),
-                      ("pipeline_kit/runtime/p2p.py", "x = 2\n")]:
+                      ("pipeline_kit/course/labs/lab01.py", "x = 2\n"), ("pipeline_kit/runtime/p2p.py", "x = 2\n")]:
         if rel:
             (root / rel).write_text(text)
         launch.source_digest.cache_clear()
         digests.append(launch.source_digest())
     launch.source_digest.cache_clear()
-    assert digests[0] == digests[1] != digests[2]
+    assert digests[0] == digests[1] == digests[2] != digests[3]
 
 
 def test_a_batch_grade_replays_the_fixed_jobs_and_records_none_of_its_own(tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ failing part is listed -- computed only by the grader's own code (parts.py), nev
 import pytest
 
 from pipeline_kit.grading import parts, remote
-from pipeline_kit.grading.questions.common import LabCheckFailed, fail
+from pipeline_kit.course.questions.common import LabCheckFailed, fail
 
 
 def _checks():
@@ -65,7 +65,7 @@ def test_a_failing_setup_statement_fails_every_part_after_it_once():
 def test_a_students_exception_cannot_choose_the_share_it_costs():
     """A student's function raising LabCheckFailed(..., lost=0.01) arrives in the grader as another class (rebuilt
     by remote.py) without the share: the part costs all of its points."""
-    forged = remote.rebuild_exception({"type": "LabCheckFailed", "module": "pipeline_kit.grading.questions.common",
+    forged = remote.rebuild_exception({"type": "LabCheckFailed", "module": "pipeline_kit.course.questions.common",
                                        "message": "almost right", "bases": ["AssertionError"]})
     assert type(forged) is not LabCheckFailed
     forged.lost = 0.01

@@ -107,7 +107,7 @@ def test_an_unanswered_cell_says_which_name_is_missing(shell):
 
 
 def test_an_exception_in_the_students_function_keeps_the_students_frames(shell):
-    run(shell, LAB["given_1"] + "\nfrom pipeline_kit.grading.labs import lab02")
+    run(shell, LAB["given_1"] + "\nfrom pipeline_kit.course.labs import lab02")
     run(shell, "def rank_idle(pp, microbatches, f, b):\n    slack = (pp - 1) * (f + b)\n    return slack / 0\n")
     result, stdout, _ = run(shell, LAB["m042_follow_formula"])
     assert not result.success
@@ -120,7 +120,7 @@ def test_an_exception_in_the_students_function_keeps_the_students_frames(shell):
 def test_partial_points_are_the_graders(shell):
     """A cell whose checks pass in part shows the share the grader's partial-credit runner gives it."""
     source = LAB["m042_follow_slow_stage"]
-    run(shell, LAB["given_1"] + "\nfrom pipeline_kit.grading.labs import lab02")
+    run(shell, LAB["given_1"] + "\nfrom pipeline_kit.course.labs import lab02")
     run(shell, _answer("follow_up"))
     run(shell, "slow_idle = [0, 0, 0, 0]")  # the beat right, the idle wrong
     ns = dict(shell.user_ns)
@@ -156,6 +156,7 @@ def _lab2_notebook(tmp_path: Path, wrong: bool) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong", [False, True], ids=["right", "wrong"])
 def test_nbgrader_still_scores_a_failing_check_cell_zero(tmp_path, wrong):
     """nbgrader's autograde executes the notebook with nbclient and scores each check cell from its outputs: a
@@ -180,6 +181,7 @@ def test_nbgrader_still_scores_a_failing_check_cell_zero(tmp_path, wrong):
             "✓ m042_main_1f1b_order — 2 / 2 points"]
 
 
+@pytest.mark.slow
 def test_nbval_still_fails_on_a_failing_check_cell(tmp_path):
     """nbval runs each cell in a real kernel: a failed check is a failed cell, a passed one (run in lax mode, so
     outputs are not compared) passes."""

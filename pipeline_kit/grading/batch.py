@@ -5,7 +5,7 @@ in one process would share it; a process per notebook also keeps one student's c
 touching another's grade, and its report is the same JSON a single ``grade --json`` prints -- the scores equal
 single-notebook grades with the same seeds by construction.
 
-Work that does not depend on the student runs once per batch: each lab's fixed jobs (:data:`FIXED_RUNS`, the
+Work that does not depend on the student runs once per batch: each lab's fixed jobs (:func:`fixed_runs`, the
 jobs its given cells and hidden tests start with fixed arguments) are recorded into one folder by a warm-up
 process of the batch's (:data:`pipeline_kit.launch.SHARE_ENV`); the grades and their kernels replay them
 read-only (:data:`pipeline_kit.launch.FIXED_ENV`).  A job that depends on a student (their layout's run) is run
@@ -15,6 +15,7 @@ sandbox is off (where a student's code could write the folder).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -32,7 +33,7 @@ from ..interrupts import end_process
 from ..launch import FIXED_ENV, SHARE_ENV
 from . import sandbox
 from .classlist import Submission, printable
-from .notebook import EXIT_NOT_GRADED
+from .notebook import EXIT_NOT_GRADED, GradeError, read_notebook, source_dir
 
 MAX_JOBS = 64
 OVERDUE_S = 120  # how long past its own --total-timeout a grade process may run before the batch ends it
@@ -111,38 +112,24 @@ class Options:
 
 # -- the fixed jobs of each lab ----------------------------------------------------------------------------------
 
-def _lab05() -> None:
-    from ..launch import torchrun
-    from .labs import lab05
-    for fault in ("skip-send:rank=1,mb=3", "skip-send:rank=2,mb=5"):  # the given cell's hang, the hidden test's
-        lab05.real_hang(fault)
-    torchrun(4, *lab05.RUN, "--inject", "crash:rank=2,mb=1", timeout=120)  # the given cell's crash
+def fixed_runs(lab: str, sources: Path | None = None) -> tuple[str, str] | None:
+    """``(what, checks module)`` of the jobs ``lab``'s given cells and hidden tests start with fixed arguments, as
+    its canonical notebook names them (``metadata.pipeline_kit``: ``"checks"``, the lab's checks module, whose
+    ``fixed_runs()`` starts them, and ``"fixed_runs"``, what they are); None for a lab without any.
+
+    The engine knows no lab: the instructor's canonical notebook says where its checks live, never a student's."""
+    try:
+        meta = read_notebook((sources or source_dir()) / f"{lab}.ipynb")["metadata"].get("pipeline_kit") or {}
+    except GradeError:
+        return None
+    what, module = meta.get("fixed_runs"), meta.get("checks")
+    return (what, module) if isinstance(what, str) and isinstance(module, str) else None
 
 
-def _lab06() -> None:
-    from .labs import lab06
-    lab06.grader_run(None)  # the reference run the grader compares a layout's run with
-
-
-def _lab03() -> None:
-    from .labs import lab03
-    lab03.real_trace()
-
-
-def _lab08() -> None:
-    from .labs import lab08
-    lab08.real_summary()
-
-
-FIXED_RUNS = {"lab03_bubble": ("lab 3's traced 2-rank run", _lab03),
-              "lab05_p2p": ("lab 5's real hangs and crash (the given cells' and the hidden hang diagnosis)", _lab05),
-              "lab06_stages": ("lab 6's reference torchrun --check-grads run", _lab06),
-              "lab08_interleaved": ("lab 8's 2-rank run summary", _lab08)}
-
-
-def warm(lab: str) -> None:
-    """Record ``lab``'s fixed jobs into the shared folder (run as ``python -m pipeline_kit.grading.batch LAB``)."""
-    FIXED_RUNS[lab][1]()
+def warm(module: str) -> None:
+    """Record a lab's fixed jobs into the shared folder: ``fixed_runs()`` of its checks ``module`` (run as
+    ``python -m pipeline_kit.grading.batch MODULE``)."""
+    importlib.import_module(module).fixed_runs()
 
 
 class Batch:
@@ -195,7 +182,9 @@ class Batch:
     # -- running ---------------------------------------------------------------------------------------------
 
     def run(self) -> list[Row]:
-        labs = sorted({s.lab for s in self.subs if s.lab in FIXED_RUNS and s.problem is None})
+        sources = Path(self.options.solutions) if self.options.solutions else None
+        runs = {lab: found for lab in sorted({s.lab for s in self.subs if s.problem is None})
+                if (found := fixed_runs(lab, sources))}
         with tempfile.TemporaryDirectory(prefix="pipeline-kit-class-") as tmp:
             folder = Path(tmp) / "shared-runs"
             folder.mkdir(mode=0o755)
@@ -204,7 +193,8 @@ class Batch:
             if not self.share_off:  # the warm-ups record the fixed jobs; a grade only replays them
                 warm_env[SHARE_ENV] = env[FIXED_ENV] = str(folder)
             with ThreadPoolExecutor(max_workers=self.options.jobs) as pool:
-                warming = {lab: pool.submit(self.warm, lab, warm_env) for lab in labs} if not self.share_off else {}
+                warming = {} if self.share_off else {lab: pool.submit(self.warm, lab, *runs[lab], warm_env)
+                                                     for lab in runs}
                 # the labs whose shared runs are being made go last, so no worker waits for them while others
                 # could be graded
                 order = sorted(range(len(self.subs)), key=lambda i: (self.subs[i].lab in warming, i))
@@ -232,12 +222,11 @@ class Batch:
         self.procs.add(proc)
         return proc
 
-    def warm(self, lab: str, env: dict) -> None:
-        what = FIXED_RUNS[lab][0]
+    def warm(self, lab: str, what: str, module: str, env: dict) -> None:
         start = time.monotonic()
         with self.lock:
             self.running[f"warm {lab}"] = f"shared runs of {lab}"
-        proc = self._spawn([sys.executable, "-m", "pipeline_kit.grading.batch", lab], env)
+        proc = self._spawn([sys.executable, "-m", "pipeline_kit.grading.batch", module], env)
         try:
             _, err = proc.communicate(timeout=600)
             error = "" if proc.returncode == 0 else _last_lines(err, proc.returncode)
@@ -397,7 +386,7 @@ def grade_class(subs: list[Submission], options: Options, stream=sys.stderr) -> 
     return rows, shared
 
 
-if __name__ == "__main__":  # python -m pipeline_kit.grading.batch LAB: the batch's warm-up of one lab
+if __name__ == "__main__":  # python -m pipeline_kit.grading.batch MODULE: the batch's warm-up of one lab
     from ..interrupts import interrupts_end_in_one_line
     with interrupts_end_in_one_line("pipeline_kit.grading.batch") as ended:  # SIGTERM stops its torchrun jobs too
         warm(sys.argv[1])

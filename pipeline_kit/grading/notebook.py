@@ -92,7 +92,7 @@ def lab_name(nb, path: Path, sources: Path) -> str:
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
-        example = known[0] if known else "lab01"
+        example = known[0] if known else "<lab name>"
         raise GradeError(f"{path}: metadata.pipeline_kit must be a mapping like {{\"lab\": \"{example}\"}}, "
                          f"got {type(meta).__name__}")
     lab = meta.get("lab", path.stem)

@@ -9,7 +9,7 @@ failing part (up to :data:`MAX_LISTED`, then "and N more"):
   its first failing call.  The cell's points are shared equally by its parts; a failing import or assignment
   fails every part after it.
 * **A check** that tests several independent properties collects them with :class:`Parts` and fails with
-  :class:`~.questions.common.LabCheckFailed` carrying ``lost``: the share of its part the failing properties cost.
+  :class:`LabCheckFailed` carrying ``lost``: the share of its part the failing properties cost.
 
 ``StudentTimeout`` and ``KernelDied`` are ``BaseException``: they still end the whole cell (its later parts would
 only wait on the same dead or stuck kernel).  No torch, no kernel: the engine runs it on the grader's namespace,
@@ -24,6 +24,17 @@ from dataclasses import dataclass, field
 
 MAX_LISTED = 3
 PART_FEEDBACK_LIMIT = 300
+
+
+class LabCheckFailed(AssertionError):
+    """A check failed; the message is the student's feedback.  ``lost``: the share of the check's points the
+    failure costs (:class:`Parts` sets it when only some of its properties failed).
+
+    The engine's side of the contract with a course's checks: a check passes silently or raises this."""
+
+    def __init__(self, message: str = "", lost: float = 1.0):
+        super().__init__(message)
+        self.lost = float(lost)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -57,8 +68,6 @@ class Parts:
 
     @contextmanager
     def part(self):
-        from .questions.common import LabCheckFailed
-
         self.total += 1
         try:
             yield
@@ -66,8 +75,6 @@ class Parts:
             self.failed.append(str(exc))
 
     def done(self) -> None:
-        from .questions.common import LabCheckFailed
-
         if self.failed:
             raise LabCheckFailed(listing(self.failed), lost=len(self.failed) / self.total)
 
@@ -76,8 +83,6 @@ def fail_choices(missed: list[str], picked: list[str], right: int, wrong: int) -
     """A choice question's mistakes, every one listed: each right option ``missed`` costs 1/``right`` of the
     check's points and each wrong option ``picked`` 1/``wrong`` (``right``/``wrong``: how many options are), all of
     them at most -- so an empty answer, and one that picks every option, earn nothing."""
-    from .questions.common import LabCheckFailed
-
     if missed or picked:
         share = min(1.0, len(missed) / right + (len(picked) / wrong if wrong else 0.0))
         raise LabCheckFailed(listing(missed + picked, limit=len(missed) + len(picked)), lost=share)
@@ -105,8 +110,6 @@ def check_name(statement: ast.stmt) -> str | None:
 
 
 def _message(exc: BaseException) -> str:
-    from .questions.common import LabCheckFailed
-
     text = str(exc) if isinstance(exc, LabCheckFailed) else f"{type(exc).__name__}: {exc}"
     text = " ".join(text.split())
     return text if len(text) <= PART_FEEDBACK_LIMIT else text[: PART_FEEDBACK_LIMIT - 1] + "…"
@@ -115,8 +118,6 @@ def _message(exc: BaseException) -> str:
 def _lost(exc: BaseException) -> float:
     """The share of its part a failure costs: ``lost`` of the grader's own ``LabCheckFailed`` (a student's
     exception of that name is rebuilt as another class, so it cannot bring one), else all of it."""
-    from .questions.common import LabCheckFailed
-
     share = exc.lost if type(exc) is LabCheckFailed else 1.0
     return share if isinstance(share, float) and 0.0 < share <= 1.0 else 1.0
 

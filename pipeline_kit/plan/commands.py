@@ -142,7 +142,9 @@ def to_json(search: Search) -> dict:
             "deciding_factor": {"vs_runner_up": why.factor_vs_runner_up, "vs_baseline": why.factor_vs_baseline}}
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def cmd_plan(args: argparse.Namespace, save_plot) -> int:
+    """The ``plan`` command; ``save_plot(search, path)`` draws ``--plot`` (the command line hands in the drawing
+    layer's: the planner sits below the drawings and imports none of them)."""
     if args.plot:
         check_output_path(args.plot, "argument --plot", inputs=[args.config])  # never the --config file it read
         if not args.plot.lower().endswith((".png", ".svg", ".pdf")):
@@ -156,9 +158,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         verified = verify(search, args.verify, synthetic=args.synthetic_compute or None,
                           log=sys.stderr if args.json else sys.stdout)
     if args.plot:
-        from ..viz.plan import save_plan_plot
         try:
-            save_plan_plot(search, args.plot)
+            save_plot(search, args.plot)
         except OSError as exc:  # a disk that filled up during the search: one line, and no half-written file
             raise UsageError(f"argument --plot: cannot write {args.plot!r}: {exc.strerror or exc}") from None
     if args.json:

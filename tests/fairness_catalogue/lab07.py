@@ -2,7 +2,7 @@
 
 from fairness import Wrong
 
-from pipeline_kit.grading.labs import lab07
+from pipeline_kit.course.labs import lab07
 
 NO_TAIL = '''
 def stage_metrics(trace):

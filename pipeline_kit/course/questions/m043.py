@@ -1,0 +1,504 @@
+"""M043: the non-interleaved 1F1B order from its three phases (lab 4, the main question) and the 1F1B
+drawing read off (lab 2, the follow-up).
+
+Why the checks look like this: the student's orders are judged by the kit itself -- the validator
+(:func:`pipeline_kit.schedules.validate`) says whether they can run at all and, if not, which ranks
+wait on each other; :func:`pipeline_kit.schedules.one_f_one_b` is the order they must match op for
+op; the simulator gives the peak memory.  Each rubric point is a separate function or value, so one
+mistake costs one point: the phase structure is checked against the student's *own* warmup length,
+the warmup length on its own, and the whole order (which may be written independently) on its own.
+Feedback names the rank, the op and the phase, in Megatron's terms.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...schedules import Op, OpParseError, Schedule, ScheduleError, ScheduleTextError, one_f_one_b, validate
+from ...sim import simulate
+from ...trace import Timeline
+from ...grading import kitfree
+from ...grading.parts import Parts
+from ...grading.parts import plural
+from .common import (
+    call,
+    check,
+    describe,
+    drawn,
+    expect_number,
+    expect_type,
+    fail,
+)
+from .m042 import PP, M, _first_failure, _fmt, _grid_report, _per_rank, _slots
+
+
+
+def megatron_warmup(pp: int, microbatches: int, rank: int) -> int:
+    """Megatron's ``num_warmup_microbatches`` for ``rank`` (the count the kit's ``one_f_one_b`` uses).
+
+    The order alone cannot tell a warmup of ``M`` from one of ``M - 1`` (both run every forward
+    before any backward), so the count is Megatron's definition, not something read off the order.
+    """
+    return min(pp - rank - 1, microbatches)
+
+
+def shaped(warmup: int, microbatches: int) -> tuple[list[str], list[str], list[str]]:
+    """The kit's 1F1B phases for a rank with ``warmup`` warmup forwards.
+
+    Rank 0 of a ``warmup + 1``-stage pipeline has exactly that warmup, so its kit order, cut after
+    the warmup and before the cooldown (as long as the warmup), is the reference.
+    """
+    ops = [op.text() for op in one_f_one_b(warmup + 1, microbatches).ranks[0]]
+    return ops[:warmup], ops[warmup:len(ops) - warmup], ops[len(ops) - warmup:]
+
+
+def _ops(value, what: str) -> list[Op]:
+    expect_type(value, (list, tuple), what)
+    out = []
+    for i, token in enumerate(value):
+        if isinstance(token, Op):
+            out.append(token)
+            continue
+        expect_type(token, str, f"{what}[{i}]")
+        if re.match(r"^\s*[FB]-\d+\s*$", token):
+            fail(f"{what}[{i}] is {token!r}: microbatches are numbered from 0 -- a warmup longer than the "
+                 "microbatches there are leaves a negative count behind")
+        try:
+            out.append(Op.parse(token))
+        except OpParseError as exc:
+            fail(f"{what}[{i}]: {exc}")
+    return out
+
+
+def _texts(ops) -> str:
+    return " ".join(op.text() for op in ops) or "(nothing)"
+
+
+PHASES_FORM = "a tuple (warmup, steady, cooldown) of three lists of op strings such as 'F3', 'B0'"
+
+
+def _phases(func, pp, m, r, only_warmup: bool = False):
+    """The student's three phases as ops; only the warmup with ``only_warmup``; None for a warmup of more forwards
+    than there are microbatches (its length is the warmup check's: it would cost the phases' points again)."""
+    label = f"one_f_one_b_phases({pp}, {m}, {r})"
+    got = call(func, pp, m, r, name="one_f_one_b_phases")
+    expect_type(got, (tuple, list), f"{label} ({PHASES_FORM})")
+    if len(got) != 3:
+        fail(f"{label} must return {PHASES_FORM}; got {plural(len(got), 'item')}")
+    warm = _ops(got[0], f"{label}[0] (warmup)")
+    if only_warmup:
+        return warm
+    if len(warm) > m and all(op.kind == "F" for op in warm):
+        return None
+    return [warm] + [_ops(part, f"{label}[{i}] ({name})") for i, (part, name) in
+                     enumerate(zip(got, ("warmup", "steady", "cooldown"))) if i > 0], label
+
+
+# -- the three phases (3 points) ---------------------------------------------------------------------
+
+@check
+def check_phases(func, cases) -> None:
+    with kitfree.own(func, "one_f_one_b_phases") as mine:
+        _check_phases(mine, cases)
+
+
+def _check_phases(func, cases) -> None:
+    """Three parts, one per phase, each judged for the student's own warmup length (the length is the next check's):
+    a form error (not three lists of ops) fails all three."""
+    got = [(found, m) for pp, m in cases for r in range(pp) if (found := _phases(func, pp, m, r)) is not None]
+    parts = Parts()
+    with parts.part():
+        for ((warm, _, _), label), m in got:
+            w = len(warm)
+            if any(op.kind != "F" for op in warm):
+                fail(f"{label}: the warmup runs forwards only -- it fills the pipe below the rank before any gradient "
+                     f"can come back; got {_texts(warm)}")
+            want_warm = [Op("F", i) for i in range(w)]
+            if warm != want_warm:
+                fail(f"{label}: the warmup runs the first {w} microbatches in order, {_texts(want_warm)}; "
+                     f"got {_texts(warm)}")
+    with parts.part():
+        for ((warm, steady, _), label), m in got:
+            w = len(warm)
+            if w <= m and steady != [Op.parse(t) for t in shaped(w, m)[1]]:
+                _steady_problem(label, w, m, steady, [Op.parse(t) for t in shaped(w, m)[1]])
+    with parts.part():
+        for ((warm, _, cool), label), m in got:
+            w = len(warm)
+            if w > m:
+                continue
+            want_cool = [Op.parse(t) for t in shaped(w, m)[2]]
+            if any(op.kind != "B" for op in cool):
+                fail(f"{label}: the cooldown runs no forwards (all {m} have run by then), only the backwards left; "
+                     f"got {_texts(cool)}")
+            if len(cool) != len(want_cool):
+                fail(f"{label}: the cooldown drains the microbatches still in flight after the last forward -- as "
+                     f"many as the warmup put in, {w}; got {plural(len(cool), 'backward')}")
+            if cool != want_cool:
+                fail(f"{label}: the cooldown runs the backwards left in microbatch order, {_texts(want_cool)}; "
+                     f"got {_texts(cool)}")
+    parts.done()
+
+
+def _steady_problem(label, w, m, steady, want) -> None:
+    pairs = m - w
+    if len(steady) != len(want):
+        more = " ..." if len(steady) > 6 else ""
+        fail(f"{label}: after {plural(w, 'warmup forward')}, M - warmup leaves "
+             f"{plural(pairs, 'forward/backward pair')}: the steady state has {plural(len(want), 'op')}, got "
+             f"{len(steady)} ({_texts(steady[:6])}{more})")
+    kinds = "".join(op.kind for op in steady)
+    if kinds != "FB" * pairs:
+        fail(f"{label}: the steady state alternates one forward, then one backward, starting with a forward; got "
+             f"{_texts(steady[:6])}{' ...' if len(steady) > 6 else ''}")
+    for k in range(pairs):
+        f_op, b_op = steady[2 * k], steady[2 * k + 1]
+        if f_op != want[2 * k]:
+            fail(f"{label}: steady pair {k + 1} must start with {want[2 * k].text()}, the next forward after the "
+                 f"warmup; got {f_op.text()}")
+        if b_op != want[2 * k + 1]:
+            if b_op.microbatch == f_op.microbatch and w > 0:
+                fail(f"{label}: after {f_op.text()} the steady state runs {want[2 * k + 1].text()}, the backward of "
+                     f"the oldest microbatch in flight, not {b_op.text()}: the gradient of the microbatch just "
+                     f"forwarded has to cross the later stages first")
+            fail(f"{label}: steady pair {k + 1} is {f_op.text()} {b_op.text()}; its backward is "
+                 f"{want[2 * k + 1].text()}, the oldest microbatch in flight")
+
+
+# -- the warmup length per rank (2 points) ---------------------------------------------------------------
+
+@check
+def check_warmup(func, cases) -> None:
+    with kitfree.own(func, "one_f_one_b_phases") as mine:
+        _check_warmup(mine, cases)
+
+
+def _check_warmup(func, cases) -> None:
+    for pp, m in cases:
+        got = [len(_phases(func, pp, m, r, only_warmup=True)) for r in range(pp)]
+        want = [megatron_warmup(pp, m, r) for r in range(pp)]
+        if got == want:
+            continue
+        r = next(i for i in range(pp) if got[i] != want[i])
+        w, label = got[r], f"one_f_one_b_phases({pp}, {m}, {r})"
+        runs = plural(w, "warmup forward")
+        if pp > 2 and len(set(got)) == 1:
+            fail(f"{label}: every rank runs {runs}, but the warmup differs by rank: a later rank has "
+                 f"fewer stages below it to fill, so its first gradient comes back sooner (on rank {r}, 1F1B's warmup "
+                 f"is {want[r]})")
+        if w == want[r] + 1 and want[r] == pp - r - 1:
+            fail(f"{label}: {runs} is one too many -- on rank {r} the warmup is pp - rank - 1 = {want[r]}; the "
+                 "next forward is already the first of the steady state (that is why the last rank runs none)")
+        if w == pp - r - 1 and w > m:
+            fail(f"{label}: {runs}, but there are only M = {plural(m, 'microbatch', 'microbatches')} -- the "
+                 f"warmup is min(pp - rank - 1, M) = {want[r]}")
+        if got == want[::-1]:
+            fail(f"{label}: {runs} -- the warmups are reversed; rank 0 has the most stages below it to "
+                 "fill, the last rank none")
+        fail(f"{label}: {runs}, 1F1B runs {want[r]} on rank {r} (pp = {pp}, M = {m})")
+
+
+# -- the whole order: dependencies and exact equality (3 points) ------------------------------------------
+
+@check
+def check_order(func, cases, phases=None) -> None:
+    """The whole order, run where the kit cannot be imported (:mod:`..kitfree`): the kit's generator, reached by any
+    route, is not the student's answer.  An order that is the student's own ``phases`` joined (reused or written
+    the same way) is judged by the validator only: where it differs from 1F1B, the phases' and the warmup's checks
+    already charge that mistake, once."""
+    with kitfree.own(func, "one_f_one_b_order", needs=("one_f_one_b_phases",)) as mine:
+        if phases is None:
+            _check_order(mine, cases)
+            return
+        with kitfree.own(phases, "one_f_one_b_phases") as own_phases:
+            _check_order(mine, cases, own_phases)
+
+
+def _joined(phases, pp, m, r):
+    """The student's phases for ``r`` joined (as they came); None when they cannot be read (the phases' check says
+    why)."""
+    try:
+        got = phases(pp, m, r)
+        if not isinstance(got, (list, tuple)) or len(got) != 3 or not all(isinstance(p, (list, tuple)) for p in got):
+            return None
+        return [op for part in got for op in part]
+    except Exception:  # noqa: BLE001 -- the phases' own check reports it; here it only means "not reused"
+        return None
+
+
+def _check_order(func, cases, phases=None) -> None:
+    for pp, m in cases:
+        raw = [call(func, pp, m, r, name="one_f_one_b_order") for r in range(pp)]
+
+        def reused() -> bool:  # asked only where the order is wrong: a right order never runs the student's phases
+            return phases is not None and all(
+                isinstance(raw[r], (list, tuple)) and list(raw[r]) == _joined(phases, pp, m, r) for r in range(pp))
+
+        if not all(_readable(ops, m) for ops in raw) and reused():
+            continue  # ops that do not exist come from the phases' warmup: the warmup check charges it, once
+        ranks = [_ops(raw[r], f"one_f_one_b_order({pp}, {m}, {r})") for r in range(pp)]
+        schedule = Schedule("one_f_one_b_order", pp, m, 1, ranks)
+        try:
+            validate(schedule)
+        except ScheduleError as exc:
+            why = {"deadlock": "these orders deadlock, the validator says",
+                   "order": "a rank needs one of its own later ops, the validator says"}.get(exc.kind, "not a "
+                                                                                              "complete step")
+            fail(f"pp={pp}, M={m}: {why}: {exc}")
+        want = one_f_one_b(pp, m)
+        if schedule.forward_only:
+            fail(f"pp={pp}, M={m}: your orders run no backward at all -- that is an inference (forward-only) step; "
+                 f"a training step runs B0 .. B{m - 1} on every rank")
+        for r in range(pp):
+            mine, theirs = ranks[r], want.ranks[r]
+            i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+            if i is None:
+                continue
+            if reused():
+                break  # the student's own phases, joined: where they differ from 1F1B, their checks charge it
+            fail(f"pp={pp}, M={m}, rank {r}, op {i + 1}: got {mine[i].text()}, 1F1B runs {theirs[i].text()} there -- "
+                 + _explain(pp, m, r, i, mine, theirs))
+
+
+def _readable(ops, m) -> bool:
+    """Every op parses and names one of the ``m`` microbatches."""
+    try:
+        return all((op if isinstance(op, Op) else Op.parse(op)).microbatch in range(m) for op in ops)
+    except (OpParseError, TypeError, AttributeError):
+        return False
+
+
+def _leading_forwards(ops) -> int:
+    return next((i for i, op in enumerate(ops) if op.kind != "F"), len(ops))
+
+
+def _explain(pp, m, r, i, mine, theirs) -> str:
+    w = megatron_warmup(pp, m, r)
+    lead, want_lead = _leading_forwards(mine), _leading_forwards(theirs)
+    if lead != want_lead:
+        if m > w:
+            return (f"on rank {r} your order runs {plural(lead, 'forward')} before its first backward; 1F1B runs "
+                    f"{plural(want_lead, 'forward')} first (its warmup, then the first forward of the steady state)")
+        return (f"on rank {r} your order runs {plural(lead, 'forward')} before its first backward; with only "
+                f"M = {plural(m, 'microbatch', 'microbatches')}, 1F1B runs all {m} forwards first on this rank")
+    if i < w + 2 * (m - w):
+        k = (i - w) // 2
+        return (f"in the steady state each forward F{w + k} is followed by the backward of the oldest microbatch in "
+                f"flight, B{k}")
+    return f"the cooldown drains the {plural(w, 'backward')} left, in microbatch order"
+
+
+# -- P2P order and memory (2 points) -----------------------------------------------------------------------
+
+@check
+def check_p2p_memory(max_in_flight, deadlock_example, cases) -> None:
+    """Two parts: the memory (``max_in_flight``) and the P2P deadlock (``deadlock_example``)."""
+    parts = Parts()
+    with parts.part():
+        _check_memory(max_in_flight, cases)
+    with parts.part():
+        _check_deadlock(deadlock_example)
+    parts.done()
+
+
+def _check_memory(max_in_flight, cases) -> None:
+    for pp, m in cases:
+        peaks = simulate(one_f_one_b(pp, m)).peak_activations
+        for r in range(pp):
+            label = f"max_in_flight({pp}, {m}, {r})"
+            got = call(max_in_flight, pp, m, r, name="max_in_flight")
+            expect_type(got, int, f"{label} (a count of microbatches, an int)")
+            want = peaks[r]
+            if got == want:
+                continue
+            if got == want - 1 and want == pp - r:
+                fail(f"{label} = {got} counts only the warmup forwards; the first steady-state forward is also live "
+                     "before the first backward frees one")
+            if got == pp - r and want == m:
+                fail(f"{label} = {got}, but there are only M = {m} microbatches: a rank cannot hold more")
+            if got == m and m > want:
+                fail(f"{label} = {got} is GPipe's peak (all M); in 1F1B a backward frees a microbatch for every new "
+                     "forward once the warmup is over")
+            if got == 1 and want > 1:
+                fail(f"{label} = 1: 1F1B keeps every microbatch it has forwarded and not yet backwarded, not only the "
+                     "current one")
+            if got == pp and r > 0:
+                fail(f"{label} = {got}: only rank 0 holds pp microbatches; a later rank gets its first gradient "
+                     "sooner, so it holds fewer")
+            fail(f"{label} = {got} is {'more' if got > want else 'fewer'} than the microbatches 1F1B keeps on "
+                 f"rank {r} at its peak (the simulator's peak_activations[{r}] is {want})")
+
+
+def _check_deadlock(example) -> None:
+    expect_type(example, dict, "deadlock_example")
+    try:
+        schedule = Schedule.from_dict(example)
+    except (ScheduleTextError, OpParseError, ValueError, TypeError, KeyError) as exc:
+        fail(f"deadlock_example cannot be read as a schedule ({type(exc).__name__}: {exc}); use keys pp, "
+             "microbatches, ranks, e.g. {'pp': 2, 'microbatches': 2, 'ranks': [['F0', ...], [...]]}")
+    try:
+        validate(schedule)
+    except ScheduleError as exc:
+        if exc.kind == "deadlock":
+            return
+        if exc.kind == "order":
+            fail(f"deadlock_example is stuck on one rank, not between ranks -- {exc}. A P2P deadlock is a circular "
+                 "wait: each rank waits for a message its neighbour only sends after a message from it")
+        fail(f"deadlock_example must be a complete step, every op exactly once -- {exc}")
+    makespan = simulate(schedule).makespan
+    fail(f"deadlock_example runs to the end (the simulated step takes {makespan:g} time units): every receive finds "
+         "its send. Make two neighbours disagree on the order, e.g. give a rank a longer warmup than the rank before "
+         "it")
+
+
+def order_grid(func, pp, m) -> str:
+    """The student's orders as the kit's grid, for the notebook to print; a problem is shown, not raised."""
+    try:
+        ranks = [[op.text() for op in _ops(func(pp, m, r), "order")] for r in range(pp)]
+        return Schedule.from_dict({"pp": pp, "microbatches": m, "ranks": ranks}).to_grid()
+    except Exception as exc:  # noqa: BLE001 -- shown to the student, never raised
+        return f"cannot show the order: {type(exc).__name__}: {describe(str(exc), 200)}\n"
+
+
+# == M043 follow-up (lab 2): the 1F1B drawing, its dependencies and what it shows =========================
+
+@check
+def check_dependencies(one_f_one_b_grid) -> None:
+    """M043 follow-up 'dependencies correct': no op before its inputs, and none later than they allow."""
+    ob = _grid_report(one_f_one_b_grid, "one_f_one_b_grid", "1f1b")
+    if ob["every op exactly once"].points == 0:
+        fail(f"one_f_one_b_grid: the dependencies are assessed once every op is drawn exactly once -- "
+             f"{ob['every op exactly once'].feedback}")
+    _first_failure(ob, ("dependencies respected",), "one_f_one_b_grid")
+    if ob["shortest makespan"].points < ob["shortest makespan"].max_points and not (
+            ob["schedule order"].points < ob["schedule order"].max_points and _tight_for_own_order(one_f_one_b_grid)):
+        _first_failure(ob, ("shortest makespan",), "one_f_one_b_grid")
+
+
+def _tight_for_own_order(text) -> bool:
+    """The drawing is as short as the student's own (wrong) order allows: the order's mistake is the 1F1B-order
+    check's, so the timing is judged against that order, not against 1F1B's makespan."""
+    from ...grading.timeline import parse_grid
+
+    try:
+        rows = parse_grid(text)
+        ranks = [[op for _, op in sorted(rows.get(r, []))] for r in range(PP)]
+        schedule = Schedule("drawn", PP, M, 1, ranks)
+        validate(schedule)
+    except Exception:  # noqa: BLE001 -- an unreadable or invalid drawing: the grader's own checks say why
+        return False
+    end = max(start + 1 for row in rows.values() for start, _ in row)
+    return end == simulate(schedule, fwd=1, bwd=1).makespan
+
+
+# -- reading the 1F1B drawing ------------------------------------------------------------------------------
+
+@check
+def check_f0(f0_slots) -> None:
+    res = _slots()["1f1b"]
+    want = [int(e.start) + 1 for r in range(PP) for e in res.events if e.rank == r and e.op == Op("F", 0)]
+    got = _per_rank(f0_slots, "f0_slots")
+    if got == want:
+        return
+    if got == [v - 1 for v in want]:
+        fail(f"f0_slots = {_fmt(got)} counts slots from 0; count from 1, as check-timeline's feedback does")
+    if len(set(got)) == 1:
+        fail(f"f0_slots puts F0 in slot {got[0]:g} on every rank; rank r + 1 can only start F0 once rank r's "
+             "activation has arrived")
+    bad = next(r for r in range(PP) if got[r] != want[r])
+    fail(f"f0_slots = {_fmt(got)} is wrong on rank {bad}: read the slot of F0 on each row, counting from 1 "
+         "(F0 moves one rank down per slot)")
+
+
+@check
+def check_earliest_backward(earliest_backward) -> None:
+    """Three parts: the op, the rank and the slot.  A slot that is right for the student's own (wrong) op and
+    rank costs nothing more: that mistake is the op's or the rank's part."""
+    form = "a dict {'op': an op string such as 'B3', 'rank': an int, 'slot': an int counted from 1}"
+    expect_type(earliest_backward, dict, f"earliest_backward ({form})")
+    missing = [k for k in ("op", "rank", "slot") if k not in earliest_backward]
+    if missing:
+        fail(f"earliest_backward is missing {', '.join(map(repr, missing))}: it must be {form}")
+    res = _slots()["1f1b"]
+    first = Timeline.from_sim(res).first_backward()
+    want = {"op": first["op"], "rank": first["rank"], "slot": int(first["start"]) + 1}
+    got = earliest_backward
+    parts = Parts()
+    with parts.part():
+        if got["op"] != want["op"]:
+            fail(f"earliest_backward['op'] is {describe(got['op'])}; the first backward of the step is for the first "
+                 "microbatch whose loss exists (an op string, e.g. 'B3')")
+    with parts.part():
+        if got["rank"] != want["rank"]:
+            fail(f"earliest_backward['rank'] is {describe(got['rank'])}: backward starts from the loss, which only "
+                 "the last stage computes; every other rank waits for a gradient from below")
+    with parts.part():
+        slot = expect_number(got["slot"], "earliest_backward['slot']")
+        if slot != want["slot"] and slot != _own_slot(res, got["op"], got["rank"], want):
+            _slot_problem(res, slot, want)
+    parts.done()
+
+
+def _own_slot(res, op, rank, want):
+    """The slot (from 1) of the student's own op on the student's own rank, if that is not the right pair."""
+    if (op, rank) == (want["op"], want["rank"]) or not isinstance(op, str) or type(rank) is not int:
+        return None
+    try:
+        mine = Op.parse(op)
+    except OpParseError:
+        return None
+    return next((e.start + 1 for e in res.events if e.rank == rank and e.op == mine), None)
+
+
+def _slot_problem(res, slot, want) -> None:
+    f0_end = next(e.end for e in res.events if e.rank == want["rank"] and e.op == Op("F", 0))
+    if slot == f0_end:
+        fail(f"earliest_backward['slot'] = {slot:g} is one slot early: the first backward needs its own forward "
+             "(and the loss) finished, so it takes the slot after that forward")
+    if slot == want["slot"] - 1:
+        fail(f"earliest_backward['slot'] = {slot:g}: count slots from 1")
+    fail(f"earliest_backward['slot'] = {slot:g} is {'later' if slot > want['slot'] else 'earlier'} than the first "
+         "backward of your drawing's step: find the earliest B on any row")
+
+
+@check
+def check_rank0(rank0_warmup, rank0_b0_slot) -> None:
+    """Two parts: rank 0's warmup count and the slot of its B0."""
+    res = _slots()["1f1b"]
+    tl = Timeline.from_sim(res)
+    parts = Parts()
+    with parts.part():
+        end = tl.phases(0)["warmup"][1]
+        warm = sum(1 for o in tl.rank_ops(0) if o["kind"] == "F" and o["end"] <= end)
+        got = expect_number(rank0_warmup, "rank0_warmup (an int, a count of forwards)")
+        if got != warm:
+            if got == warm + 1:
+                fail(f"rank0_warmup = {got:g} also counts the forward right before B0, which is the first of the "
+                     "steady state (one forward, then one backward); the warmup is the forwards before it")
+            if got == M:
+                fail(f"rank0_warmup = {got:g} is GPipe's: in 1F1B rank 0 only runs forwards until the pipe below it "
+                     "is full")
+            fail(f"rank0_warmup = {got:g} is {'more' if got > warm else 'fewer'} than rank 0's warmup: count the "
+                 "forwards rank 0 runs before the pair F, B0 of its steady state")
+    with parts.part():
+        b0 = next(e.start for e in res.events if e.rank == 0 and e.op == Op("B", 0)) + 1
+        slot = expect_number(rank0_b0_slot, "rank0_b0_slot (an int, a slot counted from 1)")
+        if slot != b0:
+            first = tl.first_backward()["start"] + 1
+            if slot == first:
+                fail(f"rank0_b0_slot = {slot:g} is too early for rank 0: its B0 needs the gradient from rank 1's B0, "
+                     "which needs rank 2's, and so on down the pipe, one slot each")
+            if slot == b0 - 1:
+                fail(f"rank0_b0_slot = {slot:g}: count slots from 1")
+            fail(f"rank0_b0_slot = {slot:g} is {'later' if slot > b0 else 'earlier'} than rank 0's B0: read the slot "
+                 "of B0 on row r0 of your drawing")
+    parts.done()
+
+
+# -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
+def hidden_order_cases(rng) -> list:
+    """(pp, M) for the 1F1B generator: the fixed edge cases, then four drawn."""
+    # fixed first, so a known wrong generator fails on the same case under every seed: M < pp - 1 (a warmup or a
+    # peak not capped at M), M = 1, pp = 2 and pp = 1, M = pp - 1 and M = pp (a cap off by one), a long pipe
+    fixed = [(4, 2), (2, 1), (1, 3), (3, 1), (5, 4), (4, 4), (8, 16), (6, 3)]
+    return drawn(rng, 4, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=fixed)

@@ -1,7 +1,0 @@
-"""Lab 6 (M047, M048: building pipeline stages, and where the loss lives).
-
-The checks live by question in :mod:`pipeline_kit.grading.questions`; this module is the name the lab's
-test cells (and the book) call them by."""
-
-from ..questions.m047 import *  # noqa: F403
-from ..questions.m048 import *  # noqa: F403
