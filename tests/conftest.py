@@ -9,9 +9,16 @@ Why the build starts at collection time, in the background: it takes a minute an
 executing chapters, while much of the rest of the suite waits on processes (kernels, ``torchrun``, browsers).
 So the build starts as soon as the session knows a test needs it, at a lower CPU priority (``nice``) so the
 tests that measure time keep theirs, and the tests that read it run last.
+
+Under ``pytest -n N`` (pytest-xdist) the workers build the book once between them: the controller names a
+folder (:data:`SHARED_ENV`), the first worker to claim it starts the build there, the build writes its exit
+status when it ends, and any worker's ``book_html`` waits for that file; the controller stops the build and
+removes the folder at the end of the run.
 """
 
+import fcntl
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -23,39 +30,146 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one test per core: torch's own threads would only fight the sibling's
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 BOOK_FIXTURE = "book_html"
-_build: dict = {}  # the background build: "proc", "dir", "log"
+SHARED_ENV = "PIPELINE_KIT_TEST_SHARED"  # under xdist: the workers' shared folder (the one book build, the locks)
+BUILD_TIMEOUT_S = 900
+_build: dict = {}  # the build this process started or waits for: "dir", and "pid" where it started it
 
 
-def _start_book_build() -> None:
-    out = Path(tempfile.mkdtemp(prefix="pipeline-kit-book-"))
+def _start_book_build(out: Path) -> None:
+    """``jupyter-book build`` into ``out`` in the background; it writes ``out/rc`` (its exit status) when done."""
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe), "build", str(ROOT / "book"), "--path-output", str(out), "-W", "-n", "--keep-going"]
-    log = open(out / "build.log", "w+")  # noqa: SIM115 -- read back by the fixture, closed at session end
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+    script = f"{shlex.join(cmd)} > {shlex.quote(str(out / 'build.log'))} 2>&1; echo $? > {out}/rc.part; " \
+             f"mv {out}/rc.part {out}/rc"
+    proc = subprocess.Popen(["sh", "-c", script], cwd=ROOT, start_new_session=True, stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: os.nice(10))
-    _build.update(proc=proc, dir=out, log=log)
+    (out / "pid").write_text(str(proc.pid))
+    _build.update(dir=out, pid=proc.pid, proc=proc)
+
+
+def _claim_build() -> None:
+    """Start the build, or, under xdist, join the one a sibling worker started (the first to claim it starts it)."""
+    shared = os.environ.get(SHARED_ENV)
+    if not shared:
+        _start_book_build(Path(tempfile.mkdtemp(prefix="pipeline-kit-book-")))
+        return
+    out = Path(shared)
+    try:
+        os.close(os.open(out / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        _build.update(dir=out)  # a sibling builds it
+        return
+    _start_book_build(out)
+
+
+def _stop_build(folder: Path) -> None:
+    try:
+        pid = int((folder / "pid").read_text())
+    except (OSError, ValueError):
+        pid = None
+    if pid is not None and not (folder / "rc").exists():  # ended before the book's tests (-x, Ctrl-C): stop it
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_configure(config):
+    """The controller of an xdist run names the folder its workers' one book build goes in."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="pipeline-kit-book-")
+        config._book_shared = Path(os.environ[SHARED_ENV])
+
+
+# The inner loop's subset is ``pytest -m "not slow"`` (the README's quick test command).  A test is slow when it
+# starts what takes seconds: a sandboxed grade, a kernel, torchrun, a browser, the book, a solution under nbval,
+# or the fairness catalogues' 20 seeds.  Whole files of such tests are listed here; a file that mixes them with
+# fast ones marks its slow tests itself (``@pytest.mark.slow``).  A quick run lists any test over QUICK_LIMIT_S.
+SLOW_FILES = {
+    "test_book.py", "test_book_browser.py", "test_book_cards.py", "test_static_explorer.py", "test_live_explorer.py",
+    "test_tutor_browser.py", "test_fairness.py", "test_hidden_cases.py", "test_grading_notebook.py",
+    "test_grading_forgery.py", "test_sandbox_attacks.py", "test_sandbox_identity.py", "test_class_grading.py",
+    "test_class_grading_isolation.py", "test_launch_replay.py", "test_runtime_torchrun.py",
+    "test_runtime_multi_stage.py", "test_run_boundaries.py", "test_interrupts.py", "test_gpu_check.py",
+    "test_figures_shown.py",
+}
+QUICK_LIMIT_S = 3.0
+_over_quick_limit: list[tuple[float, str]] = []
+
+
+def _mark_slow(items) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.suffix == ".ipynb" or path.name in SLOW_FILES or BOOK_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
+def _group_for_xdist(items) -> None:
+    """``--dist loadgroup`` keeps together what must share a process: a notebook's nbval cells (one kernel runs them
+    in order), the tests of a module with a module-scoped fixture (a browser, a server, a probe made once), and a
+    lab's fairness entries (they share the model answer's run, cached per process)."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.suffix == ".ipynb":
+            group = path.name
+        elif path.name == "test_fairness.py" and hasattr(item, "callspec") and "lab" in item.callspec.params:
+            group = f"fairness-{item.callspec.params['lab']}"
+        elif any(d.scope in ("module", "class", "package") for defs in item._fixtureinfo.name2fixturedefs.values()
+                 for d in defs):
+            group = path.name
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > QUICK_LIMIT_S and "slow" not in report.keywords:
+        _over_quick_limit.append((report.duration, report.nodeid))
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Start the book build if a selected test needs it, and run those tests last."""
+    """Mark the slow tests; start the book build if a selected test needs it, and run those tests last."""
+    _mark_slow(items)
+    _group_for_xdist(items)
     needing = [item for item in items if BOOK_FIXTURE in getattr(item, "fixturenames", ())]
     if not needing:
         return
     items[:] = [item for item in items if BOOK_FIXTURE not in getattr(item, "fixturenames", ())] + needing
     if not config.option.collectonly and not os.environ.get("PIPELINE_KIT_BOOK_HTML") and not _build:
-        _start_book_build()
+        _claim_build()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    proc = _build.get("proc")
-    if proc is None:
+    shared = getattr(session.config, "_book_shared", None)
+    if shared is not None:  # the xdist controller: every worker is done
+        _stop_build(shared)
+    elif "pid" in _build and not os.environ.get(SHARED_ENV):  # a run without workers
+        _stop_build(_build["dir"])
+        _build["proc"].wait()
+
+
+@pytest.fixture(autouse=True)
+def cores_to_itself(request):
+    """Under xdist, a test marked ``alone`` (it compares measured times with a prediction, so each of its ranks needs
+    a core) runs while no sibling worker runs a test: every test holds a shared lock, an ``alone`` one the
+    exclusive lock, and a turnstile lets no new test start while an ``alone`` one waits."""
+    shared = os.environ.get(SHARED_ENV)
+    if not shared:
+        yield
         return
-    if proc.poll() is None:  # the session ended before the book's tests (-x, Ctrl-C): stop the build
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    _build["log"].close()
-    shutil.rmtree(_build["dir"], ignore_errors=True)
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(Path(shared) / "turnstile", "a") as turn, open(Path(shared) / "cores", "a") as cores:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(cores, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(cores, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +197,12 @@ def pytest_terminal_summary(terminalreporter):
 
     from pipeline_kit.launch import stale_recordings
 
+    if _over_quick_limit:
+        terminalreporter.write_line(
+            f"{len(_over_quick_limit)} test(s) not marked slow took over {QUICK_LIMIT_S:g} s (mark them "
+            "@pytest.mark.slow, or list their file in conftest.SLOW_FILES): " + ", ".join(
+                f"{name} ({seconds:.1f} s)" for seconds, name in sorted(_over_quick_limit, reverse=True)[:10]),
+            yellow=True)
     stale = stale_recordings(RECORDINGS)
     if stale:
         terminalreporter.write_line(
@@ -97,15 +217,13 @@ def book_html() -> Path:
     if os.environ.get("PIPELINE_KIT_BOOK_HTML"):
         return Path(os.environ["PIPELINE_KIT_BOOK_HTML"]).resolve()
     if not _build:  # collected without the hook (a plugin reordered things): build now
-        _start_book_build()
-    proc = _build["proc"]
-    try:
-        proc.wait(timeout=900)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log = _build["log"]
-    log.seek(0)
-    text = log.read()
-    assert proc.returncode == 0, f"jupyter-book build failed (exit {proc.returncode}):\n{text[-9000:]}"
-    return _build["dir"] / "_build" / "html"
+        _claim_build()
+    out = _build["dir"]
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    while not (out / "rc").exists():
+        assert time.monotonic() < deadline, f"jupyter-book build did not finish in {BUILD_TIMEOUT_S} s"
+        time.sleep(0.5)
+    rc = int((out / "rc").read_text())
+    text = (out / "build.log").read_text(errors="replace") if (out / "build.log").exists() else ""
+    assert rc == 0, f"jupyter-book build failed (exit {rc}):\n{text[-9000:]}"
+    return out / "_build" / "html"

@@ -33,7 +33,11 @@ RECORDINGS = ROOT / "tests" / "data" / "torchrun"
 
 # Every process this test run starts inherits this mark (the sandbox's launcher too: it keeps the grader's
 # environment), so a test looks only at sandboxes of its own run, never at another run's on the same machine.
-RUN_MARK = os.environ.setdefault("PIPELINE_KIT_TEST_RUN", uuid.uuid4().hex)
+# Each pytest-xdist worker is a run of its own: its checks must not take a sibling's sandboxes for leaks.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if not os.environ.get("PIPELINE_KIT_TEST_RUN", "").endswith(f"-{_WORKER}"):
+    os.environ["PIPELINE_KIT_TEST_RUN"] = f"{uuid.uuid4().hex}-{_WORKER}"
+RUN_MARK = os.environ["PIPELINE_KIT_TEST_RUN"]
 
 
 def _ours(pid: int) -> bool:

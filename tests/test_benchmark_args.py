@@ -39,7 +39,7 @@ NUMERIC = {
 }
 OTHER_OPTIONS = {"gpu_check.py": {"--schedules", "--json"}, "bench_class_grading.py": {"--json"},
                  "vs_torch_pipelining.py": {"--schedules"},
-                 "bench_static_explorer.py": {"--book"}}
+                 "bench_static_explorer.py": {"--book"}, "bench_suite.py": {"--json"}}
 
 
 def bench(name: str, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:

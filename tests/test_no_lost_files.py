@@ -166,6 +166,7 @@ def make_labs(*args: str):
     return run_cli("make-labs", *args, seconds=120)
 
 
+@pytest.mark.slow
 def test_make_labs_keeps_a_users_notebook_and_removes_only_its_own(tmp_path):
     labs = tmp_path / "labs"
     labs.mkdir()

@@ -45,6 +45,7 @@ def test_grads_match_reference_for_every_schedule_on_4_ranks(tmp_path):
     assert one["deallocated_output_bytes"] == [8 * 2 * 16 * 32 * 4] * 3 + [0]
 
 
+@pytest.mark.alone
 def test_two_ranks_interleaved_shape_messages_and_trace_prediction(tmp_path):
     """pp = 2: interleaving joins both directions on one pair of ranks; one rank per core also makes
     measured service times an honest model, so the simulator must predict the traced makespan."""
@@ -88,6 +89,7 @@ def test_command_line_run_trace_and_json(tmp_path):
                                      "B5", "B6", "B7"]
 
 
+@pytest.mark.alone
 def test_synthetic_compute_makespan_matches_the_simulator(tmp_path):
     # 80 ms forwards: the ~0.5 ms each op costs in Python and wake-ups on 4 ranks sharing 2 cores
     # stays well inside the 5% the check allows

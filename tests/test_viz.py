@@ -243,6 +243,7 @@ def run_cli(*args):
                           check=False)
 
 
+@pytest.mark.slow
 def test_draw_command_png_svg_perfetto(tmp_path):
     png, svg, pf = tmp_path / "t.png", tmp_path / "t.svg", tmp_path / "t.json"
     proc = run_cli("draw", "--schedule", "zbv", "--pp", "4", "--microbatches", "8", "-o", str(png), "--perfetto",

@@ -45,6 +45,9 @@ def _is_numpy(value) -> bool:
     return type(value).__module__ == "numpy"
 
 
+_EXACT = frozenset({int, float, str, bool, type(None), Fraction})  # already plain: returned as they are
+
+
 def plain(value):
     """``value`` with numpy scalars/arrays as Python numbers/lists and built-in subclasses as exact built-ins.
 
@@ -52,8 +55,10 @@ def plain(value):
     ``Schedule``, a tensor, a function) is returned as it is.
     """
     kind = type(value)
-    if kind in (int, float, str, bool, type(None), Fraction):
+    if kind in _EXACT:
         return value
+    if kind is list and all(map(_EXACT.__contains__, map(type, value))):  # a long list of ops or numbers, at C speed
+        return list(value)
     if _is_numpy(value):
         if hasattr(value, "tolist"):  # numpy arrays and scalars: .tolist() gives Python numbers and lists
             return plain(value.tolist())
