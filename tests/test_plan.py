@@ -153,6 +153,7 @@ def test_memory_decides_when_the_other_does_not_fit():
     assert deciding_factor(search.candidates[search.best], refused) == ("memory", 0.0)
 
 
+@pytest.mark.slow
 def test_large_model_with_tensor_parallelism_fits_and_is_interactive():
     search = plan(load_model_spec("llama-70b-ish"), Hardware(1024, 80 * GB),
                   Training(tp=8, recompute="selective", distributed_optimizer=True))
@@ -211,6 +212,27 @@ def test_kendall_tau():
     assert kendall_tau([1], [1]) is None
 
 
+@settings(max_examples=12, deadline=None)
+@given(budget=st.floats(0.5, 3.0), families=st.lists(st.sampled_from(sorted(FAMILIES)), min_size=1, max_size=4,
+                                                    unique=True), tp=st.sampled_from([1, 2]))
+def test_within_equals_planning_again(budget, families, tp):
+    """A search re-ranked under a smaller budget and fewer families is, candidate for candidate, the search planned
+    with them (the planning chapter re-ranks one search at several budgets)."""
+    training = Training(tp=tp)
+    wide = plan(BANK, Hardware(8, 80 * GB), training, global_batch=16)
+    again = plan(BANK, Hardware(8, budget * GB), training, global_batch=16, schedules=families)
+    assert [c.to_dict() for c in wide.within(budget * GB, families).candidates] == \
+        [c.to_dict() for c in again.candidates]
+    assert wide.within(budget * GB, families).best == again.best
+
+
+def test_within_refuses_a_larger_budget_or_an_unsearched_family(bank_search):
+    with pytest.raises(PlanError, match="more than the searched budget"):
+        bank_search.within(100 * GB)
+    with pytest.raises(PlanError, match="schedules"):
+        plan(BANK, Hardware(8, 80 * GB), global_batch=16, schedules=["1f1b"]).within(schedules=["gpipe"])
+
+
 def test_plan_error_names_the_argument():
     with pytest.raises(PlanError, match="argument gpus"):
         Hardware(0, GB)
@@ -218,6 +240,7 @@ def test_plan_error_names_the_argument():
         plan(BANK, Hardware(8, GB), schedules=["nope"])
 
 
+@pytest.mark.slow
 def test_a_verify_run_that_outlives_its_time_is_a_row_saying_so():
     from pipeline_kit.plan.verify import verify
     search = plan(load_model_spec("tiny"), Hardware(2, GB), global_batch=8, schedules=["1f1b"])
@@ -226,6 +249,8 @@ def test_a_verify_run_that_outlives_its_time_is_a_row_saying_so():
     assert report["runs"][0]["measured_s"] is None and report["kendall_tau"] is None
 
 
+@pytest.mark.slow
+@pytest.mark.alone
 def test_verify_runs_the_top_candidates_for_real(tmp_path):
     """Two real torchrun jobs with synthetic compute: the report compares, and the peak counts are the simulator's."""
     proc = subprocess.run([sys.executable, "-m", "pipeline_kit", "plan", "--config", "tiny", "--gpus", "2",

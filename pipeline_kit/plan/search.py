@@ -14,7 +14,7 @@ prints for its :meth:`Candidate.simulate_args`; ``step_time_s`` adds ``allreduce
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..arguments import Arguments
 from ..layout.balance import ItemTimes, best_cuts, even_split, item_times_from_flops, layout_from_cuts, stage_times
@@ -170,6 +170,30 @@ class Search:
         ranked = self.ranked
         return ranked[0] if ranked else None
 
+    def within(self, gpu_memory_bytes: float | None = None, schedules=None) -> Search:
+        """The same search under a smaller memory budget and/or fewer families, without building or simulating
+        anything again: a candidate's prediction does not depend on the budget, only whether it fits does.  Equal,
+        candidate for candidate, to :func:`plan` asked with that budget and those ``schedules`` (tested), and
+        thousands of times faster -- what re-planning one model at several budgets needs."""
+        budget = self.hardware.gpu_memory_bytes if gpu_memory_bytes is None else gpu_memory_bytes
+        arg = Arguments("Search.within", PlanError)
+        arg.number("gpu_memory_bytes", budget, positive=True)
+        if budget > self.hardware.gpu_memory_bytes:
+            arg.fail(f"argument gpu_memory_bytes: {budget / GB:g} GB is more than the searched budget "
+                     f"({self.hardware.gpu_memory_bytes / GB:g} GB): candidates that did not fit were never "
+                     "simulated; plan again with the larger budget")
+        asked = list(dict.fromkeys(c.schedule for c in self.candidates))
+        families = asked if schedules is None else list(dict.fromkeys(schedules))
+        for name in families:
+            arg.text("schedules[]", name, asked)
+        hw = replace(self.hardware, gpu_memory_bytes=budget)
+        out = []
+        for name in families:
+            for cand in self.candidates:
+                if cand.schedule == name:
+                    out.append(_under_budget(cand, hw))
+        return replace(self, hardware=hw, candidates=out)
+
 
 def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch: int | None,
                     schedules) -> tuple[int, list[str]]:
@@ -277,14 +301,34 @@ def size(cand: Candidate, m: ModelSpec, hw: Hardware, training: Training, layout
     """Size every rank of ``cand`` (:func:`~.memory.rank_memory`); False, with ``why_not`` saying which rank and by
     how much, when the worst rank passes the budget."""
     cand.memory = rank_memory(m, layout, sched, training, cand.dp)
+    cand.why_not = _over_budget(cand, hw)
+    cand.refusal = "memory" if cand.why_not else None
+    return cand.why_not is None
+
+
+def _over_budget(cand: Candidate, hw: Hardware) -> str | None:
+    """Why a sized candidate's worst rank does not fit ``hw``'s budget; None when it fits."""
     worst = cand.worst_rank
     need = cand.memory[worst].total
     if need <= hw.gpu_memory_bytes:
-        return True
-    cand.why_not = (f"rank {worst} needs {need / GB:.2f} GB, {(need - hw.gpu_memory_bytes) / GB:.2f} GB over the "
-                    f"{hw.gpu_memory_bytes / GB:g} GB budget")
-    cand.refusal = "memory"
-    return False
+        return None
+    return (f"rank {worst} needs {need / GB:.2f} GB, {(need - hw.gpu_memory_bytes) / GB:.2f} GB over the "
+            f"{hw.gpu_memory_bytes / GB:g} GB budget")
+
+
+PREDICTED = ("step_time_s", "pipeline_time_s", "allreduce_time_s", "tokens_per_s", "bubble_fraction", "stage_fwd_s",
+             "stage_bwd_s", "busy_s", "bwd_ratio")  # what :func:`predict` fills in, for a candidate that fits
+
+
+def _under_budget(cand: Candidate, hw: Hardware) -> Candidate:
+    """``cand`` as :func:`_evaluate` would have left it under ``hw``'s (smaller) budget: refused, unpredicted."""
+    if not cand.fits or not cand.memory:
+        return replace(cand)
+    why = _over_budget(cand, hw)
+    if why is None:
+        return replace(cand)
+    blank = Candidate(cand.schedule, cand.pp, cand.dp, cand.chunks, cand.microbatches, cand.layout, cand.layout_kind)
+    return replace(cand, why_not=why, refusal="memory", **{name: getattr(blank, name) for name in PREDICTED})
 
 
 def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes) -> list[Candidate]:
