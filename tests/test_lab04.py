@@ -1,11 +1,15 @@
 """Lab 4 (the 1F1B generator): typical wrong generators lose exactly their rubric points, with the right feedback."""
 
+import random
+
 import pytest
 from lab_grading import assert_partial, grade_answers
 
 from pipeline_kit.course.labs import lab04
 from pipeline_kit.course.labs.common import LabCheckFailed
-from pipeline_kit.schedules import one_f_one_b
+from pipeline_kit.course.questions import m043
+from pipeline_kit.schedules import Op, one_f_one_b
+from pipeline_kit.sim import simulate
 
 LAB = "lab04_1f1b_generator"
 CASES = [(4, 8), (2, 3), (4, 2), (2, 1), (1, 3), (8, 16), (5, 3), (3, 1), (6, 9)]
@@ -39,10 +43,17 @@ def fails(func, *args, match: str) -> None:
 # -- fast: the check functions themselves -------------------------------------------------------------
 
 def test_reference_phases_are_the_kit_order():
-    for pp, m in CASES:
+    """``shaped`` (the kit's one-rank builder) is ``one_f_one_b``'s rank, op for op, and the peak read off a rank's
+    order is the simulator's: on the fixed cases and on drawn ones up to 64 ranks and 256 microbatches."""
+    rng = random.Random(43)
+    wider = [(rng.randint(2, 64), rng.randint(1, 256)) for _ in range(20)]
+    for pp, m in CASES + wider:
+        schedule = one_f_one_b(pp, m)
+        peaks = simulate(schedule).peak_activations
+        assert m043._peaks(pp, m, tuple(range(1, pp))) == {r: peaks[r] for r in range(1, pp)}
         for r in range(pp):
             w = lab04.megatron_warmup(pp, m, r)
-            want = [op.text() for op in one_f_one_b(pp, m).ranks[r]]
+            want = [op.text() for op in schedule.ranks[r]]
             assert [op for part in lab04.shaped(w, m) for op in part] == want
 
 
@@ -108,6 +119,7 @@ def test_same_warmup_on_every_rank_misses_the_order():
 
 # -- one whole notebook: each wrong answer costs exactly its checks ---------------------------------------
 
+@pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
     """A warmup one too long, an order without the cap at M (so it fails only hidden cases), and a peak that
     counts only the warmup -- each in its own answer cell, each costing its own check."""
@@ -166,7 +178,53 @@ def test_parts_share_the_points():
 
 
 def test_fixed_hidden_cases_come_first():
-    import random
-    first = lab04.hidden_order_cases(random.Random(0))[:8]
-    assert first == lab04.hidden_order_cases(random.Random(1))[:8]
-    assert {(4, 2), (2, 1), (1, 3), (3, 1)} <= set(first)
+    for per_rank in (False, True):
+        first = lab04.hidden_order_cases(random.Random(0), per_rank=per_rank)[:8]
+        assert first == lab04.hidden_order_cases(random.Random(1), per_rank=per_rank)[:8]
+        assert {(4, 2), (2, 1), (1, 3), (3, 1)} <= set(first)
+
+
+# -- the wide hidden cases (issue 33): a few ranks of deep pipelines, fast, with feedback that stays short -------
+
+DEEP = [(1000, 3000, (0, 17, 640, 999)), (700, 5, (0, 3, 350, 699)), (3, 8192, (0, 1, 2))]
+
+
+def test_deep_drawn_cases_check_only_their_ranks():
+    asked = []
+
+    def phases(pp, m, r):
+        asked.append((pp, m, r))
+        return MEGATRON(pp, m, r)
+
+    lab04.check_phases(phases, DEEP)
+    lab04.check_warmup(phases, DEEP)
+    assert sorted(set(asked)) == sorted((pp, m, r) for pp, m, ranks in DEEP for r in ranks)
+    lab04.check_p2p_memory(lambda pp, m, r: min(pp - r, m), DEADLOCK, DEEP)
+    lab04.check_order(order_with(lambda pp, m, r: min(pp - r - 1, m)), [(256, 128), (2, 4096)])
+    # ops as Op objects, or with spaces, are fine too (they take the long way, not the kit's texts)
+    lab04.check_order(lambda pp, m, r: [Op.parse(t) for t in order_with(lambda *a: min(a[0] - a[2] - 1, a[1]))(
+        pp, m, r)], [(64, 100)])
+    lab04.check_phases(lambda pp, m, r: tuple([f" {t}" for t in part] for part in MEGATRON(pp, m, r)), DEEP[:1])
+
+
+def test_feedback_on_deep_cases_stays_short():
+    reversed_cooldown = phases_with(lambda pp, m, r: min(pp - r - 1, m))
+    with pytest.raises(LabCheckFailed) as exc:
+        lab04.check_phases(lambda pp, m, r: (lambda w, s, c: (w, s, c[::-1]))(*reversed_cooldown(pp, m, r)),
+                           DEEP[:1])
+    text = str(exc.value)
+    assert "(1000, 3000, 0): the cooldown runs the backwards left in microbatch order, B2001 B2002 B2003 B2004 " \
+           "B2005 B2006 ... B2998 B2999 (999 ops); got B2999 B2998" in text
+    assert len(text) < 400
+    fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(pp - 1, m)), DEEP[:1],
+          match=r"\(1000, 3000, 17\): ranks 0, 17, 640, 999 all run 999 warmup forwards, but the warmup differs")
+    fails(lab04.check_warmup, phases_with(lambda pp, m, r: min(r, m)), DEEP[:1], match="reversed")
+    fails(lab04.check_p2p_memory, lambda pp, m, r: pp - r - 1, DEADLOCK, DEEP[1:2],
+          match=r"max_in_flight\(700, 5, 0\) = 699 is more than the microbatches 1F1B keeps on rank 0 at its peak")
+    with pytest.raises(LabCheckFailed) as exc:  # a deadlock of 100 ranks: the validator's first clauses
+        lab04.check_order(order_with(lambda pp, m, r: min(r, m)), [(100, 50)])
+    assert str(exc.value).startswith("pp=100, M=50: these orders deadlock, the validator says: deadlock, circular "
+                                     "wait rank 0 -> rank 1 -> rank 0: rank 0 is blocked at B0 (op 2)")
+    assert str(exc.value).endswith("; ...") and len(str(exc.value)) < 320
+    fails(lab04.check_order, order_with(lambda pp, m, r: min(pp - r, m)), [(256, 128)],
+          match=r"pp=256, M=128, rank 129, op 128: got F127, 1F1B runs B0 there")  # (128: the same ops)

@@ -53,9 +53,10 @@ def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout
                    total_timeout: float = DEFAULT_TOTAL_TIMEOUT) -> Report:
     """Grade the notebook at ``path``: one rubric check per test cell of its canonical lab.
 
-    ``seed`` draws the hidden cases (a fresh one per grade by default; the report shows it); ``warn`` gets the
-    one-line warning printed when ``PIPELINE_KIT_SANDBOX=off`` turns the sandbox off; ``progress(i, n)`` is called
-    per cell; after ``total_timeout`` seconds the checks not yet run score 0.  Where the sandbox was asked for and
+    ``seed`` draws the hidden cases (a fresh one per grade by default; the report keeps it for the instructor, in
+    its JSON, never in its text); ``warn`` gets the one-line warning printed when ``PIPELINE_KIT_SANDBOX=off``
+    turns the sandbox off; ``progress(i, n)`` is called per cell; after ``total_timeout`` seconds the checks not
+    yet run score 0.  Where the sandbox was asked for and
     cannot start, :class:`GradeError` says so (never a silent fallback).
     """
     path = Path(path)

@@ -72,8 +72,8 @@ def seeded(seed: int):
 
 
 def grading_seed() -> int:
-    """The seed hidden cases are drawn from: the grade's (printed in its report), or 0 outside a grade (or the
-    one :func:`seeded` sets)."""
+    """The seed hidden cases are drawn from: the grade's (kept in its JSON report, for the instructor), or 0 outside
+    a grade (or the one :func:`seeded` sets)."""
     if _session is not None:
         return _session.seed
     return DEFAULT_SEED if _seed is None else _seed

@@ -19,8 +19,8 @@ class Report:
 
     notebook: str
     checks: list[Check] = field(default_factory=list)
-    lab: str | None = None    # set by the notebook grader, with the seed its hidden cases were drawn from
-    seed: int | None = None
+    lab: str | None = None    # set by the notebook grader, with the seed its hidden cases were drawn from: the
+    seed: int | None = None   # instructor's (``to_dict``, the gradebook), never in the text a student may see
     sandbox: dict | None = None  # how the student's code was isolated (the notebook grader's, decided by it)
 
     @property
@@ -72,8 +72,8 @@ class Report:
             lines.append("by question: " + ", ".join(
                 f"{question_label(key)} {q['points']:g} / {q['max_points']:g}" for key, q in by_question.items()))
         if self.lab is not None:
-            lines.append(f"lab {self.lab}, hidden cases drawn with seed {self.seed} "
-                         f"(--seed {self.seed} repeats this grade)")
+            lines.append(f"lab {self.lab}, hidden cases drawn afresh for this grade (--json records their seed, for "
+                         "the instructor)")
         if self.sandbox is not None:
             box = self.sandbox
             lines.append(f"sandbox: {box.get('mode')} ({box.get('limits')})" if box.get("isolated") else

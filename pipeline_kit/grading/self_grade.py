@@ -119,9 +119,8 @@ class SelfGrade:
             notes.append(f"This kernel ran {self.unsaved} cell{'s' if self.unsaved != 1 else ''} whose code is not "
                          f"in the saved file (edited, added or deleted since the save): the grade did not see "
                          f"{'them' if self.unsaved != 1 else 'it'}.")
-        seed = self.report.get("seed")
-        notes.append(f"Hidden cases were drawn with seed {seed}; each self-grade draws new ones, and the same "
-                     f"answers earn the same points under every seed.")
+        notes.append("Hidden cases were drawn afresh for this self-grade; each grade draws new ones, and the same "
+                     "answers earn the same points whichever are drawn.")
         if not (self.report.get("sandbox") or {}).get("isolated", True):
             notes.append(f"The sandbox was OFF ({self.report['sandbox'].get('why')}).")
         return notes
@@ -183,6 +182,7 @@ def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str]):
         text = "The grader could not grade the saved notebook:\n" + "\n".join(errors)
         handle.update(_bundle(text, f"<pre>{escape(text)}</pre>"), raw=True)
         return None
+    report.pop("seed", None)  # the hidden cases' seed is the instructor's: a self-grade neither shows nor keeps it
     shown = SelfGrade(report, version, unsaved, lambda name: hidden(report.get("lab"), name))
     handle.update(_bundle(repr(shown), shown._repr_html_()), raw=True)
     return shown

@@ -38,6 +38,8 @@ def one_f_one_b_order(pp, microbatches, rank):
 '''
 
 WRONG = [
+    # (a lookup table of the kit's outputs is no entry: it fails on its first drawn case, which each seed names
+    # differently -- tests/test_hidden_space.py grades it, 0 on the generator's checks under any seed)
     # the three phases, for the student's own warmup
     Wrong("phases-backward-of-the-newest", "phases", _phases("min(pp - rank - 1, microbatches)",
                                                              steady='f"F{warmup + i}", f"B{warmup + i}"'), {PHASES}),

@@ -12,9 +12,13 @@ Feedback names the rank, the op and the phase, in Megatron's terms.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 
+from ...limits import MAX_NOTEBOOK_BYTES, MAX_RANKS
 from ...schedules import Op, OpParseError, Schedule, ScheduleError, ScheduleTextError, one_f_one_b, validate
+from ...schedules import one_f_one_b_phases as kit_rank_order
 from ...sim import simulate
 from ...trace import Timeline
 from ...grading import kitfree
@@ -43,13 +47,29 @@ def megatron_warmup(pp: int, microbatches: int, rank: int) -> int:
 
 
 def shaped(warmup: int, microbatches: int) -> tuple[list[str], list[str], list[str]]:
-    """The kit's 1F1B phases for a rank with ``warmup`` warmup forwards.
+    """The kit's 1F1B phases for a rank with ``warmup`` warmup forwards: the kit's one-rank 1F1B order
+    (``schedules.one_f_one_b_phases``, the ranks of ``one_f_one_b``: tests/test_lab04.py), cut after the warmup and
+    before the cooldown (as long as the warmup); one rank's ops, so a thousand-rank case costs what one rank does."""
+    return tuple(list(part) for part in _shaped(warmup, microbatches))
 
-    Rank 0 of a ``warmup + 1``-stage pipeline has exactly that warmup, so its kit order, cut after
-    the warmup and before the cooldown (as long as the warmup), is the reference.
-    """
-    ops = [op.text() for op in one_f_one_b(warmup + 1, microbatches).ranks[0]]
+
+def _shaped(warmup: int, microbatches: int) -> tuple[tuple[str, ...], ...]:
+    ops = _rank_texts(warmup, microbatches)
     return ops[:warmup], ops[warmup:len(ops) - warmup], ops[len(ops) - warmup:]
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_texts(warmup: int, microbatches: int) -> tuple[str, ...]:
+    return tuple(map(_streams(microbatches)[2].__getitem__, kit_rank_order(*_streams(microbatches)[:2], warmup)))
+
+
+@functools.lru_cache(maxsize=4)
+def _streams(m: int) -> tuple[list[Op], list[Op], dict[Op, str]]:  # once per M (the kit's builder copies them)
+    fwd, bwd = [Op("F", i) for i in range(m)], [Op("B", i) for i in range(m)]
+    return fwd, bwd, {op: op.text() for op in fwd + bwd}
+
+
+_parse = functools.lru_cache(maxsize=1 << 16)(Op.parse)  # (immutable ops: a case's ranks share their tokens)
 
 
 def _ops(value, what: str) -> list[Op]:
@@ -64,14 +84,21 @@ def _ops(value, what: str) -> list[Op]:
             fail(f"{what}[{i}] is {token!r}: microbatches are numbered from 0 -- a warmup longer than the "
                  "microbatches there are leaves a negative count behind")
         try:
-            out.append(Op.parse(token))
+            out.append(_parse(token))
         except OpParseError as exc:
             fail(f"{what}[{i}]: {exc}")
     return out
 
 
-def _texts(ops) -> str:
+def _texts(ops, most: int = 8) -> str:  # (a long list: its first six, "...", its last two and its length)
+    if len(ops) > most:
+        return f"{_texts(ops[:6])} ... {_texts(ops[-2:])} ({len(ops):,} ops)"
     return " ".join(op.text() for op in ops) or "(nothing)"
+
+
+def _cases(cases) -> list:
+    """Each case as (pp, M, ranks): a drawn case names the few ranks it checks, a fixed one (pp, M) checks all."""
+    return [(c[0], c[1], tuple(c[2]) if len(c) > 2 else tuple(range(c[0]))) for c in cases]
 
 
 PHASES_FORM = "a tuple (warmup, steady, cooldown) of three lists of op strings such as 'F3', 'B0'"
@@ -90,6 +117,9 @@ def _phases(func, pp, m, r, only_warmup: bool = False):
         return warm
     if len(warm) > m and all(op.kind == "F" for op in warm):
         return None
+    if len(warm) <= m and all(isinstance(p, (list, tuple)) for p in got) and tuple(map(tuple, got)) == _shaped(
+            len(warm), m):
+        return None  # the kit's three phases for the student's own warmup: nothing for the parts to find
     return [warm] + [_ops(part, f"{label}[{i}] ({name})") for i, (part, name) in
                      enumerate(zip(got, ("warmup", "steady", "cooldown"))) if i > 0], label
 
@@ -105,7 +135,8 @@ def check_phases(func, cases) -> None:
 def _check_phases(func, cases) -> None:
     """Three parts, one per phase, each judged for the student's own warmup length (the length is the next check's):
     a form error (not three lists of ops) fails all three."""
-    got = [(found, m) for pp, m in cases for r in range(pp) if (found := _phases(func, pp, m, r)) is not None]
+    got = [(found, m) for pp, m, ranks in _cases(cases) for r in ranks
+           if (found := _phases(func, pp, m, r)) is not None]
     parts = Parts()
     with parts.part():
         for ((warm, _, _), label), m in got:
@@ -120,14 +151,14 @@ def _check_phases(func, cases) -> None:
     with parts.part():
         for ((warm, steady, _), label), m in got:
             w = len(warm)
-            if w <= m and steady != [Op.parse(t) for t in shaped(w, m)[1]]:
-                _steady_problem(label, w, m, steady, [Op.parse(t) for t in shaped(w, m)[1]])
+            if w <= m and steady != [_parse(t) for t in _shaped(w, m)[1]]:
+                _steady_problem(label, w, m, steady, [_parse(t) for t in _shaped(w, m)[1]])
     with parts.part():
         for ((warm, _, cool), label), m in got:
             w = len(warm)
             if w > m:
                 continue
-            want_cool = [Op.parse(t) for t in shaped(w, m)[2]]
+            want_cool = [_parse(t) for t in _shaped(w, m)[2]]
             if any(op.kind != "B" for op in cool):
                 fail(f"{label}: the cooldown runs no forwards (all {m} have run by then), only the backwards left; "
                      f"got {_texts(cool)}")
@@ -174,28 +205,29 @@ def check_warmup(func, cases) -> None:
 
 
 def _check_warmup(func, cases) -> None:
-    for pp, m in cases:
-        got = [len(_phases(func, pp, m, r, only_warmup=True)) for r in range(pp)]
-        want = [megatron_warmup(pp, m, r) for r in range(pp)]
+    for pp, m, ranks in _cases(cases):
+        got = [len(_phases(func, pp, m, r, only_warmup=True)) for r in ranks]
+        want = [megatron_warmup(pp, m, r) for r in ranks]
         if got == want:
             continue
-        r = next(i for i in range(pp) if got[i] != want[i])
-        w, label = got[r], f"one_f_one_b_phases({pp}, {m}, {r})"
-        runs = plural(w, "warmup forward")
+        i = next(i for i in range(len(ranks)) if got[i] != want[i])
+        r, w = ranks[i], got[i]
+        label, runs = f"one_f_one_b_phases({pp}, {m}, {r})", plural(w, "warmup forward")
         if pp > 2 and len(set(got)) == 1:
-            fail(f"{label}: every rank runs {runs}, but the warmup differs by rank: a later rank has "
+            every = "every rank runs" if len(ranks) == pp else f"ranks {', '.join(map(str, ranks))} all run"
+            fail(f"{label}: {every} {runs}, but the warmup differs by rank: a later rank has "
                  f"fewer stages below it to fill, so its first gradient comes back sooner (on rank {r}, 1F1B's warmup "
-                 f"is {want[r]})")
-        if w == want[r] + 1 and want[r] == pp - r - 1:
-            fail(f"{label}: {runs} is one too many -- on rank {r} the warmup is pp - rank - 1 = {want[r]}; the "
+                 f"is {want[i]})")
+        if w == want[i] + 1 and want[i] == pp - r - 1:
+            fail(f"{label}: {runs} is one too many -- on rank {r} the warmup is pp - rank - 1 = {want[i]}; the "
                  "next forward is already the first of the steady state (that is why the last rank runs none)")
         if w == pp - r - 1 and w > m:
             fail(f"{label}: {runs}, but there are only M = {plural(m, 'microbatch', 'microbatches')} -- the "
-                 f"warmup is min(pp - rank - 1, M) = {want[r]}")
-        if got == want[::-1]:
+                 f"warmup is min(pp - rank - 1, M) = {want[i]}")
+        if got == [megatron_warmup(pp, m, pp - 1 - q) for q in ranks]:
             fail(f"{label}: {runs} -- the warmups are reversed; rank 0 has the most stages below it to "
                  "fill, the last rank none")
-        fail(f"{label}: {runs}, 1F1B runs {want[r]} on rank {r} (pp = {pp}, M = {m})")
+        fail(f"{label}: {runs}, 1F1B runs {want[i]} on rank {r} (pp = {pp}, M = {m})")
 
 
 # -- the whole order: dependencies and exact equality (3 points) ------------------------------------------
@@ -227,8 +259,11 @@ def _joined(phases, pp, m, r):
 
 
 def _check_order(func, cases, phases=None) -> None:
-    for pp, m in cases:
+    for pp, m, _ in _cases(cases):
         raw = [call(func, pp, m, r, name="one_f_one_b_order") for r in range(pp)]
+        if all(isinstance(raw[r], (list, tuple)) and tuple(raw[r]) == _rank_texts(megatron_warmup(pp, m, r), m)
+               for r in range(pp)):  # the kit's one-rank orders, which are one_f_one_b's ranks (tests/test_lab04.py)
+            continue  # 1F1B's own orders, op for op (which the validator passes): nothing to find
 
         def reused() -> bool:  # asked only where the order is wrong: a right order never runs the student's phases
             return phases is not None and all(
@@ -244,7 +279,8 @@ def _check_order(func, cases, phases=None) -> None:
             why = {"deadlock": "these orders deadlock, the validator says",
                    "order": "a rank needs one of its own later ops, the validator says"}.get(exc.kind, "not a "
                                                                                               "complete step")
-            fail(f"pp={pp}, M={m}: {why}: {exc}")
+            said = str(exc) if len(str(exc)) <= 240 else str(exc)[:240].rsplit("; ", 1)[0] + "; ..."  # (many ranks)
+            fail(f"pp={pp}, M={m}: {why}: {said}")
         want = one_f_one_b(pp, m)
         if schedule.forward_only:
             fail(f"pp={pp}, M={m}: your orders run no backward at all -- that is an inference (forward-only) step; "
@@ -263,7 +299,7 @@ def _check_order(func, cases, phases=None) -> None:
 def _readable(ops, m) -> bool:
     """Every op parses and names one of the ``m`` microbatches."""
     try:
-        return all((op if isinstance(op, Op) else Op.parse(op)).microbatch in range(m) for op in ops)
+        return all((op if isinstance(op, Op) else _parse(op)).microbatch in range(m) for op in ops)
     except (OpParseError, TypeError, AttributeError):
         return False
 
@@ -302,9 +338,9 @@ def check_p2p_memory(max_in_flight, deadlock_example, cases) -> None:
 
 
 def _check_memory(max_in_flight, cases) -> None:
-    for pp, m in cases:
-        peaks = simulate(one_f_one_b(pp, m)).peak_activations
-        for r in range(pp):
+    for pp, m, ranks in _cases(cases):
+        peaks = _peaks(pp, m, ranks)
+        for r in ranks:
             label = f"max_in_flight({pp}, {m}, {r})"
             got = call(max_in_flight, pp, m, r, name="max_in_flight")
             expect_type(got, int, f"{label} (a count of microbatches, an int)")
@@ -327,6 +363,15 @@ def _check_memory(max_in_flight, cases) -> None:
                      "sooner, so it holds fewer")
             fail(f"{label} = {got} is {'more' if got > want else 'fewer'} than the microbatches 1F1B keeps on "
                  f"rank {r} at its peak (the simulator's peak_activations[{r}] is {want})")
+
+
+def _peaks(pp, m, ranks) -> dict[int, int]:
+    """1F1B's peak of microbatches in flight per rank: the simulator's ``peak_activations``, or for a few ranks of a
+    drawn case the count it makes (forwards not yet backwarded) on each one's kit order (tests/test_lab04.py)."""
+    if len(ranks) == pp and pp * m <= 4096:
+        return dict(enumerate(simulate(one_f_one_b(pp, m)).peak_activations))
+    return {r: max(itertools.accumulate(1 if op.kind == "F" else -1 for op in kit_rank_order(
+        *_streams(m)[:2], megatron_warmup(pp, m, r))), default=0) for r in ranks}
 
 
 def _check_deadlock(example) -> None:
@@ -496,9 +541,57 @@ def check_rank0(rank0_warmup, rank0_b0_slot) -> None:
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------
-def hidden_order_cases(rng) -> list:
-    """(pp, M) for the 1F1B generator: the fixed edge cases, then four drawn."""
-    # fixed first, so a known wrong generator fails on the same case under every seed: M < pp - 1 (a warmup or a
-    # peak not capped at M), M = 1, pp = 2 and pp = 1, M = pp - 1 and M = pp (a cap off by one), a long pipe
-    fixed = [(4, 2), (2, 1), (1, 3), (3, 1), (5, 4), (4, 4), (8, 16), (6, 3)]
-    return drawn(rng, 4, lambda r: (r.randint(2, 8), r.randint(1, 16)), fixed=fixed)
+# From spaces no notebook can tabulate (hidden_space counts it), each case checked fast enough for a grade:
+RANK_PP, RANK_M = (2, MAX_RANKS), (1, 8192)   # per rank: only ranks 0, pp - 1 and two drawn in between
+ORDER_PP, ORDER_M, ORDER_OPS = (2, 256), (1, 4096), 65_536   # every rank: each (pp, M) with 2 * pp * M <= ORDER_OPS
+DRAWN = 4
+# fixed first, so a known wrong generator fails on the same case under every seed: M < pp - 1 (a warmup or a
+# peak not capped at M), M = 1, pp = 2 and pp = 1, M = pp - 1 and M = pp (a cap off by one), a long pipe
+FIXED = [(4, 2), (2, 1), (1, 3), (3, 1), (5, 4), (4, 4), (8, 16), (6, 3)]
+
+
+def hidden_order_cases(rng, per_rank: bool = False) -> list:
+    """The fixed edge cases (every rank), then four drawn: ``(pp, M)`` for the whole order (every rank), or with
+    ``per_rank`` ``(pp, M, ranks)`` for the per-rank checks (rank 0, the last rank and two drawn in between)."""
+    return drawn(rng, DRAWN, _rank_case if per_rank else _order_case, fixed=FIXED)
+
+
+def _rank_case(r) -> tuple:
+    pp, m = r.randint(*RANK_PP), r.randint(*RANK_M)
+    return pp, m, tuple(sorted({0, pp - 1, *r.sample(range(1, pp - 1), min(2, pp - 2))}))
+
+
+def _order_case(r) -> tuple:
+    while 2 * (pp := r.randint(*ORDER_PP)) * (m := r.randint(*ORDER_M)) > ORDER_OPS:
+        pass  # uniform over the (pp, M) within ORDER_OPS (about one draw in eight is)
+    return pp, m
+
+
+def hidden_space(budget: int = MAX_NOTEBOOK_BYTES) -> dict:
+    """The bytes a table of the kit's answers over the hidden draws takes (at their fewest, favouring the table: one
+    per per-rank answer, a warmup length or a peak; one per op token of a whole order), and the chance a table of
+    ``budget`` bytes holds one drawn case (``*_chance``) and all ``DRAWN`` of a check (``*_all``).  Per rank: a case
+    passes only if the table holds its drawn middle rank, so the best table holds the (pp - 2) * M_max middle keys
+    of the smallest pp first, each pp winning 1 / (pp values) of the cases.  Whole orders: each (pp, M) is drawn
+    alike and costs 2 * pp * M tokens, so the best table holds the cheapest."""
+    pps, m_max = range(RANK_PP[0], RANK_PP[1] + 1), RANK_M[1]
+    left, covered = budget, 0.0
+    for pp in pps:
+        cost = max(pp - 2, 1) * m_max
+        covered, left = covered + min(1.0, max(left, 0) / cost), left - cost
+    costs = sorted(2 * pp * m for pp in range(ORDER_PP[0], ORDER_PP[1] + 1)
+                   for m in range(ORDER_M[0], min(ORDER_M[1], ORDER_OPS // (2 * pp)) + 1))
+    held = next((k for k, total in enumerate(itertools.accumulate(costs)) if total > budget), len(costs))
+    out = {"budget": budget, "rank_keys": sum(pps) * m_max, "phases_tokens": sum(pps) * m_max * (m_max + 1),
+           "rank_chance": covered / len(pps), "order_cases": len(costs), "order_tokens": sum(costs),
+           "order_chance": held / len(costs)}
+    return {**out, "rank_all": out["rank_chance"] ** DRAWN, "order_all": out["order_chance"] ** DRAWN}
+
+
+def hidden_space_text(budget: int = MAX_NOTEBOOK_BYTES) -> str:
+    s = hidden_space(budget)
+    return "\n".join(f"{what} (pp {pp[0]}..{pp[1]}, M {m[0]}..{m[1]}): a table of {n:,} bytes, {n / budget:,.0f}x "
+                     f"MAX_NOTEBOOK_BYTES ({budget:,}); one that fits holds a drawn case with chance at most {p:.3f}, "
+                     f"all {DRAWN} at most {p ** DRAWN:.1e}" for what, pp, m, n, p in (
+                         ("per-rank checks", RANK_PP, RANK_M, s["rank_keys"], s["rank_chance"]),
+                         ("whole orders", ORDER_PP, ORDER_M, s["order_tokens"], s["order_chance"])))
