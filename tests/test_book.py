@@ -100,3 +100,130 @@ def test_executed_chapters_show_pictures_not_figure_text(html):
     assert with_code and with_code <= {p.stem for p in executed}  # every chapter with code ran: none is missed
     found = [f for nb in executed for f in figures_without_pictures(nb)]
     assert not found, "\n".join(found)
+
+
+class Sections(HTMLParser):
+    """For each ``<section id=...>``: the text of every ``<kbd>`` inside it (sphinx-argparse writes each option's
+    names as ``<kbd>--microbatches, -m</kbd>``), nested sections included; and every element id of the page."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[str | None] = []
+        self.kbd: dict[str, set[str]] = {}
+        self.ids: set[str] = set()
+        self._in_kbd = False
+        self._text = ""
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "section":
+            self.stack.append(a.get("id"))
+            self.kbd.setdefault(a.get("id"), set())
+        elif tag == "kbd":
+            self._in_kbd, self._text = True, ""
+
+    def handle_endtag(self, tag):
+        if tag == "section" and self.stack:
+            self.stack.pop()
+        elif tag == "kbd" and self._in_kbd:
+            self._in_kbd = False
+            names = {n.strip() for n in self._text.split(",")}
+            for sid in self.stack:
+                self.kbd[sid] |= names
+
+    def handle_data(self, data):
+        if self._in_kbd:
+            self._text += data
+
+
+def parse_sections(path: Path) -> Sections:
+    p = Sections()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+def _documented_arguments(parser) -> set[str]:
+    """What the reference must show of one parser: each option's names, each positional's metavar (or dest)."""
+    import argparse
+
+    names = set()
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        names |= set(action.option_strings) or {action.metavar or action.dest}
+    return names
+
+
+def _subcommands(parser, path=()):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield path + (name,), sub
+                yield from _subcommands(sub, path + (name,))
+
+
+def test_the_command_reference_shows_every_subcommand_and_option(html):
+    """using/commands is generated from the parsers: every subcommand of ``python -m pipeline_kit`` (``gradebook
+    merge`` too) has its section, holding each of its options, and the real runtime's every option is there."""
+    from pipeline_kit.cli import build_parser
+    from pipeline_kit.run import build_parser as run_parser
+
+    page = parse_sections(html / "using" / "commands.html")
+    problems = []
+    commands = list(_subcommands(build_parser()))
+    assert len(commands) >= 14, [c for c, _ in commands]
+    for path, sub in commands:
+        sid = "python-m-pipeline_kit-" + "-".join(path)
+        if sid not in page.kbd:
+            problems.append(f"no section for `{' '.join(path)}` (id {sid})")
+            continue
+        missing = _documented_arguments(sub) - page.kbd[sid]
+        if missing:
+            problems.append(f"`{' '.join(path)}` lacks {sorted(missing)}")
+    missing = _documented_arguments(run_parser()) - page.kbd.get("torchrun-m-pipeline-kit-run", set())
+    if missing:
+        problems.append(f"pipeline_kit.run lacks {sorted(missing)}")
+    assert not problems, "\n".join(problems)
+
+
+def _api_directives() -> list[tuple[str, list[str] | None]]:
+    """The automodule directives of using/api.md: (module, its explicit :members: list, or None for __all__)."""
+    text = (BOOK / "using" / "api.md").read_text(encoding="utf-8")
+    out = []
+    for module, options in re.findall(r"\.\. automodule:: (\S+)\n((?:   :.*\n)*)", text):
+        members = re.search(r":members:(.*)", options)
+        names = [n.strip() for n in members.group(1).split(",") if n.strip()] if members else []
+        out.append((module, names or (None if members else [])))
+    return out
+
+
+def test_the_api_reference_documents_every_public_name(html):
+    """using/api is generated from the docstrings: every name in the ``__all__`` of each library package and of
+    the grading engine has its entry (a re-export may be documented where it is defined), and so has every name
+    the page lists for the modules without an ``__all__``."""
+    import importlib
+
+    ids = parse_sections(html / "using" / "api.html").ids
+    directives = _api_directives()
+    packages = {m for m, _ in directives}
+    required = {f"pipeline_kit.{p}" for p in ("schedules", "sim", "trace", "layout", "plan", "viz", "launch",
+                                              "runtime", "grading")}
+    assert required <= packages, f"not on the API page: {sorted(required - packages)}"
+    missing = []
+    for module_name, members in directives:
+        module = importlib.import_module(module_name)
+        names = list(module.__all__) if members is None else members
+        if members is None:
+            assert hasattr(module, "__all__"), f"{module_name} has no __all__: list its public names on the page"
+        for name in names:
+            obj = getattr(module, name)
+            home = getattr(obj, "__module__", None)
+            if f"{module_name}.{name}" not in ids and not (home and f"{home}.{name}" in ids):
+                missing.append(f"{module_name}.{name}")
+    assert not missing, f"public names without an entry on the API page: {missing}"
+    assert len(ids & {f"pipeline_kit.schedules.{n}" for n in importlib.import_module("pipeline_kit.schedules")
+                      .__all__}) >= 30

@@ -248,3 +248,28 @@ def test_the_labs_page_links_every_notebook(book_html, browser):
         nb = json.loads(target.read_text(encoding="utf-8"))
         assert nb["nbformat"] == 4 and nb["cells"], f"{target.name} is not a notebook"
         assert target.read_bytes() == (ROOT / "labs" / target.name).read_bytes(), f"{target.name} is not labs/'s copy"
+
+
+def test_the_generated_references_render(book_html, browser):
+    """The command reference (from the argument parsers) and the API reference (from the docstrings) render as
+    a reader sees them: the `plan` subcommand's --gpus option with its help, and `simulate` with its signature."""
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, book_html, "using/commands")
+    plan = browser.find_element(By.ID, "python-m-pipeline_kit-plan")
+    gpus = [k for k in plan.find_elements(By.CSS_SELECTOR, "dt kbd") if k.text.strip() == "--gpus"]
+    assert gpus, "no --gpus option in the plan section"
+    browser.execute_script("arguments[0].scrollIntoView();", gpus[0])
+    assert gpus[0].is_displayed()
+    help_text = gpus[0].find_element(By.XPATH, "./ancestor::dt/following-sibling::dd[1]").text
+    assert "GPUs" in help_text, help_text
+    usage = plan.find_element(By.CSS_SELECTOR, "pre").text
+    assert usage.startswith("python -m pipeline_kit plan") and "--gpus" in usage, usage
+
+    open_page(browser, book_html, "using/api")
+    entry = browser.find_element(By.ID, "pipeline_kit.sim.simulate")
+    browser.execute_script("arguments[0].scrollIntoView();", entry)
+    assert entry.is_displayed()
+    assert entry.text.startswith("pipeline_kit.sim.simulate(schedule"), entry.text
+    body = entry.find_element(By.XPATH, "./following-sibling::dd[1]").text
+    assert "Simulate" in body, body
