@@ -85,56 +85,8 @@ def pytest_configure(config):
         config._book_shared = Path(os.environ[SHARED_ENV])
 
 
-# The inner loop's subset is ``pytest -m "not slow"`` (the README's quick test command).  A test is slow when it
-# starts what takes seconds: a sandboxed grade, a kernel, torchrun, a browser, the book, a solution under nbval,
-# or the fairness catalogues' 20 seeds.  Whole files of such tests are listed here; a file that mixes them with
-# fast ones marks its slow tests itself (``@pytest.mark.slow``).  A quick run lists any test over QUICK_LIMIT_S.
-SLOW_FILES = {
-    "test_book.py", "test_book_browser.py", "test_book_cards.py", "test_static_explorer.py", "test_live_explorer.py",
-    "test_tutor_browser.py", "test_fairness.py", "test_hidden_cases.py", "test_grading_notebook.py",
-    "test_grading_forgery.py", "test_sandbox_attacks.py", "test_sandbox_identity.py", "test_class_grading.py",
-    "test_class_grading_isolation.py", "test_launch_replay.py", "test_runtime_torchrun.py",
-    "test_runtime_multi_stage.py", "test_run_boundaries.py", "test_interrupts.py", "test_gpu_check.py",
-    "test_figures_shown.py",
-}
-QUICK_LIMIT_S = 3.0
-_over_quick_limit: list[tuple[float, str]] = []
-
-
-def _mark_slow(items) -> None:
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.suffix == ".ipynb" or path.name in SLOW_FILES or BOOK_FIXTURE in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.slow)
-
-
-def _group_for_xdist(items) -> None:
-    """``--dist loadgroup`` keeps together what must share a process: a notebook's nbval cells (one kernel runs them
-    in order), the tests of a module with a module-scoped fixture (a browser, a server, a probe made once), and a
-    lab's fairness entries (they share the model answer's run, cached per process)."""
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.suffix == ".ipynb":
-            group = path.name
-        elif path.name == "test_fairness.py" and hasattr(item, "callspec") and "lab" in item.callspec.params:
-            group = f"fairness-{item.callspec.params['lab']}"
-        elif any(d.scope in ("module", "class", "package") for defs in item._fixtureinfo.name2fixturedefs.values()
-                 for d in defs):
-            group = path.name
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
-def pytest_runtest_logreport(report):
-    if report.when == "call" and report.duration > QUICK_LIMIT_S and "slow" not in report.keywords:
-        _over_quick_limit.append((report.duration, report.nodeid))
-
-
 def pytest_collection_modifyitems(session, config, items):
-    """Mark the slow tests; start the book build if a selected test needs it, and run those tests last."""
-    _mark_slow(items)
-    _group_for_xdist(items)
+    """Start the book build if a selected test needs it, and run those tests last."""
     needing = [item for item in items if BOOK_FIXTURE in getattr(item, "fixturenames", ())]
     if not needing:
         return
@@ -197,12 +149,6 @@ def pytest_terminal_summary(terminalreporter):
 
     from pipeline_kit.launch import stale_recordings
 
-    if _over_quick_limit:
-        terminalreporter.write_line(
-            f"{len(_over_quick_limit)} test(s) not marked slow took over {QUICK_LIMIT_S:g} s (mark them "
-            "@pytest.mark.slow, or list their file in conftest.SLOW_FILES): " + ", ".join(
-                f"{name} ({seconds:.1f} s)" for seconds, name in sorted(_over_quick_limit, reverse=True)[:10]),
-            yellow=True)
     stale = stale_recordings(RECORDINGS)
     if stale:
         terminalreporter.write_line(

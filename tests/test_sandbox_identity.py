@@ -240,5 +240,6 @@ def test_a_given_cell_that_fails_before_the_students_code_is_the_machines(tmp_pa
     """A given cell that fails in a fresh kernel before any answer ran (here: a lab's imports with too few
     processes for torch's threads) withholds the grade; it never blames an answer cell."""
     monkeypatch.setattr(sandbox, "PROCESS_LIMIT", 16)
+    monkeypatch.setenv("OMP_NUM_THREADS", "32")  # torch's threads, more than 16 (the suite's workers set 1)
     with pytest.raises(NotGraded, match="given cell .* failed before any of the student's code ran"):
         grade(SOLUTIONS / "lab03_bubble.ipynb", seed=1, timeout=20)
