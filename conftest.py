@@ -1,9 +1,11 @@
 """How the suite is split, for every test path (tests/ and the solutions' nbval cells alike).
 
 Why at the root: ``pytest solutions/lab04_1f1b_generator.ipynb`` loads no ``tests/conftest.py``, yet its cells must
-stay together under ``pytest -n`` and count as slow.  The fixtures live in ``tests/conftest.py``.
+stay together under ``pytest -n`` (one kernel runs them in order) and count as slow.  The fixtures live in
+``tests/conftest.py``.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,22 +33,32 @@ def _mark_slow(items) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-def _group_for_xdist(items) -> None:
-    """``--dist loadgroup`` keeps together what must share a process: a notebook's nbval cells (one kernel runs them
-    in order), the tests of a module with a module-scoped fixture (a browser, a server, a probe made once), and a
-    lab's fairness entries (they share the model answer's run, cached per process)."""
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.suffix == ".ipynb":
-            group = path.name
-        elif path.name == "test_fairness.py" and hasattr(item, "callspec") and "lab" in item.callspec.params:
-            group = f"fairness-{item.callspec.params['lab']}"
-        elif any(d.scope in ("module", "class", "package") for defs in item._fixtureinfo.name2fixturedefs.values()
-                 for d in defs):
-            group = path.name
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
+def work_unit(nodeid: str) -> str:
+    """What one xdist worker runs together: a file's tests (a notebook's nbval cells share its kernel, a module's
+    tests its module-scoped fixtures: a browser, a server, a probe made once), except the fairness catalogue,
+    whose entries go by lab (one lab's share the model answer's run, cached per process)."""
+    path = nodeid.split("::", 1)[0]
+    lab = re.search(r"\[(lab\d\d)", nodeid) if path.endswith("test_fairness.py") else None
+    return f"{path}::{lab.group(1)}" if lab else path
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest without pytest-xdist: one process, nothing to schedule
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+    class _ByWorkUnit(LoadScopeScheduling):
+        """xdist's scope scheduling, its scopes our :func:`work_unit` (its own ``loadgroup`` marks cannot be read
+        under pytest 9, whose node ids xdist 3.8 no longer rewrites)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") == "load":  # pytest -n N's default; --dist each and the like stay xdist's
+            return _ByWorkUnit(config, log)
+        return None
 
 
 def pytest_runtest_logreport(report):
@@ -54,10 +66,8 @@ def pytest_runtest_logreport(report):
         _over_quick_limit.append((report.duration, report.nodeid))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks into the node ids
 def pytest_collection_modifyitems(items):
     _mark_slow(items)
-    _group_for_xdist(items)
 
 
 def pytest_terminal_summary(terminalreporter):
