@@ -54,6 +54,22 @@ def remove_temporary_files() -> None:
         TEMPORARY_FILES.discard(path)
 
 
+def shown_in_any_encoding() -> None:
+    """Let standard output and error replace what the terminal's encoding cannot show.
+
+    Why: the kit's messages use "—", "…", "✓" and "×"; under an ISO-8859-1 locale or ``PYTHONIOENCODING=latin-1``
+    a strict stream ends the command with a ``UnicodeEncodeError`` after its work is done.  Replaced, the reader
+    sees ``?`` for a dash and the rest of the message; ``--json`` is ASCII already (``strict_json`` escapes).
+    Every command starts inside :func:`interrupts_end_in_one_line`, which calls this."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "strict") == "strict":
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError):  # a stream already closed or detached: nothing to print to anyway
+                pass
+
+
 @contextmanager
 def interrupts_end_in_one_line(prog: str) -> Iterator[Outcome]:
     """Run the block; Ctrl-C or SIGTERM inside it print ``"{prog}: interrupted"`` and set ``exit_code``.
@@ -62,6 +78,7 @@ def interrupts_end_in_one_line(prog: str) -> Iterator[Outcome]:
     handlers can only be set from the main thread; elsewhere the block runs unchanged.
     """
     outcome = Outcome()
+    shown_in_any_encoding()
     main = threading.current_thread() is threading.main_thread()
     saved = {}
     if main:
