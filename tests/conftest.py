@@ -86,11 +86,13 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Start the book build if a selected test needs it, and run those tests last."""
+    """Start the book build if a selected test needs it, and run the files of those tests last."""
     needing = [item for item in items if BOOK_FIXTURE in getattr(item, "fixturenames", ())]
     if not needing:
         return
-    items[:] = [item for item in items if BOOK_FIXTURE not in getattr(item, "fixturenames", ())] + needing
+    # whole files go last: under pytest -n a file is one work unit, and a unit goes out where its first test stands
+    files = {item.path for item in needing}
+    items[:] = [item for item in items if item.path not in files] + [item for item in items if item.path in files]
     if not config.option.collectonly and not os.environ.get("PIPELINE_KIT_BOOK_HTML") and not _build:
         _claim_build()
 
