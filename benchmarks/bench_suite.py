@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cli import ROOT, check_outputs, parser, run, write_json
+from _cli import ROOT, parser, run, write_json
+
+from pipeline_kit.inputs import InputError, check_output_path, strict_json
 
 MARKERS = {"command": "<!-- test-command -->", "quick_command": "<!-- quick-test-command -->"}
 BOOK_COMMAND = ".venv/bin/jupyter-book build book"
@@ -59,7 +61,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE", help="write the figures here (e.g. book/data/suite-times.json)")
     p.add_argument("--skip-tests", action="store_true", help="time only the quick subset and the book build")
     args = p.parse_args(argv)
-    check_outputs(p, {"--json": args.json})
+    if args.json is not None:  # before any work: never one of the files it reads, a FIFO or a missing folder
+        try:
+            check_output_path(args.json, "argument --json", inputs=[str(ROOT / "README.md"),
+                                                                   str(ROOT / "requirements.txt")])
+        except InputError as exc:
+            p.error(str(exc))
     readme = (ROOT / "README.md").read_text()
     commands = {key: readme_command(readme, marker) for key, marker in MARKERS.items()}
     figures = {**commands, "book_command": BOOK_COMMAND, "cores": os.cpu_count(),
@@ -93,8 +100,14 @@ def main(argv=None) -> int:
                 failed = True
                 print(out[-3000:], file=sys.stderr)
         shutil.rmtree(clone / ".venv", ignore_errors=True)
+    print(strict_json(figures, indent=1))  # the figures on the terminal too, whatever happens to --json
     if args.json and not failed:
-        write_json(args.json, figures)
+        try:
+            write_json(args.json, figures)
+        except OSError as exc:  # a disk that filled during the run: one line; the old file stays whole
+            print(f"python benchmarks/bench_suite.py: error: argument --json: cannot write {args.json!r}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return 2
         print(f"wrote {args.json}")
     return 1 if failed else 0
 
