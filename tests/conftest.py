@@ -35,7 +35,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one test per core: torch's own thre
 BOOK_FIXTURE = "book_html"
 SHARED_ENV = "PIPELINE_KIT_TEST_SHARED"  # under xdist: the workers' shared folder (the one book build, the locks)
 BUILD_TIMEOUT_S = 900
-_build: dict = {}  # the build this process started or waits for: "dir", and "pid" where it started it
+_build: dict = {}  # the build this process started or waits for: "dir", and "proc" where it started it
 
 
 def _start_book_build(out: Path) -> None:
@@ -47,7 +47,7 @@ def _start_book_build(out: Path) -> None:
     proc = subprocess.Popen(["sh", "-c", script], cwd=ROOT, start_new_session=True, stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: os.nice(10))
     (out / "pid").write_text(str(proc.pid))
-    _build.update(dir=out, pid=proc.pid, proc=proc)
+    _build.update(dir=out, proc=proc)
 
 
 def _claim_build() -> None:
@@ -79,7 +79,7 @@ def _stop_build(folder: Path) -> None:
 
 
 def pytest_configure(config):
-    """The controller of an xdist run names the folder its workers' one book build goes in."""
+    """The controller of an xdist run names the folder its workers share: their one book build and their locks."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="pipeline-kit-book-")
         config._book_shared = Path(os.environ[SHARED_ENV])
@@ -101,7 +101,7 @@ def pytest_sessionfinish(session, exitstatus):
     shared = getattr(session.config, "_book_shared", None)
     if shared is not None:  # the xdist controller: every worker is done
         _stop_build(shared)
-    elif "pid" in _build and not os.environ.get(SHARED_ENV):  # a run without workers
+    elif "proc" in _build and not os.environ.get(SHARED_ENV):  # a run without workers
         _stop_build(_build["dir"])
         _build["proc"].wait()
 
