@@ -18,7 +18,7 @@ SLOW_FILES = {
     "test_book.py", "test_book_browser.py", "test_book_cards.py", "test_static_explorer.py", "test_live_explorer.py",
     "test_tutor_browser.py", "test_fairness.py", "test_hidden_cases.py", "test_grading_notebook.py",
     "test_grading_forgery.py", "test_sandbox_attacks.py", "test_sandbox_identity.py", "test_class_grading.py",
-    "test_class_grading_isolation.py", "test_launch_replay.py", "test_runtime_torchrun.py",
+    "test_nbgrader_term.py", "test_class_grading_isolation.py", "test_launch_replay.py", "test_runtime_torchrun.py",
     "test_runtime_multi_stage.py", "test_run_boundaries.py", "test_interrupts.py", "test_gpu_check.py",
     "test_figures_shown.py",
 }

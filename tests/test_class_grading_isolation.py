@@ -363,5 +363,5 @@ def test_a_merge_reports_the_rows_not_graded(tmp_path, capsys):
     one = _slice(tmp_path / "one", [_graded("ann"), Row("ben", LAB2, "x", 5, error="the kernel did not start",
                                                           status=NOT_GRADED)])
     code, _, err = _merge(capsys, one, "--out", tmp_path / "merged")
-    assert code == 1 and "1 notebook(s) not graded (the machine failed, not the notebook): rerun them: ben" in err
+    assert code == 3 and "1 notebook(s) not graded (the machine failed, not the notebook): rerun them: ben" in err
     assert _rows(tmp_path / "merged")["ben", LAB2]["score"] is None

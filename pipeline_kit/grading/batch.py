@@ -40,7 +40,8 @@ OVERDUE_S = 120  # how long past its own --total-timeout a grade process may run
 ERROR_LINES = 5
 
 
-GRADED, REFUSED, NOT_GRADED = "graded", "refused", "not graded"  # a row's status (README: "Grading a class")
+# a row's status (the instructor's guide, "What the rows mean"); only NOT_GRADED is no score
+GRADED, REFUSED, NOT_GRADED, MISSING = "graded", "refused", "not graded", "no submission"
 
 
 @dataclass
@@ -62,44 +63,69 @@ class Row:
     notebook_id: str | None = None
     status: str | None = None  # None: decided by the report (a gradebook written before the field had none)
     note: str = ""
+    timestamp: str | None = None      # when it was handed in (nbgrader's timestamp.txt), ISO 8601 in UTC
+    late_seconds: float | None = None  # how late, after the due date and the student's extension (nbgrader's)
+    penalty: float | None = None       # the course's late penalty, already taken off ``score``
 
     def __post_init__(self) -> None:
         if self.status is None:
             self.status = GRADED if self.report else REFUSED
 
     @property
+    def student_lab(self) -> tuple[str, str]:
+        return self.student, self.lab
+
+    @property
+    def manual(self) -> list[dict]:
+        """The manually graded cells (``{"name", "max_points", "answered", "points"}``; ``points`` None until the
+        instructor scored it in nbgrader's formgrader)."""
+        return self.report.get("manual") or [] if self.report else []
+
+    @property
     def score(self) -> float:
-        return self.report["score"] if self.report else 0.0
+        """The row's points: the kit's checks, plus the manual cells scored so far, less the late penalty (never
+        below 0, as ``nbgrader export`` computes it); 0 for a refused notebook or no submission."""
+        if not self.report:
+            return 0.0
+        raw = self.report["score"] + sum(m.get("points") or 0.0 for m in self.manual)
+        return round(max(0.0, raw - (self.penalty or 0.0)), 2)
 
     @property
     def max_score(self) -> float | None:
-        return self.report["max_score"] if self.report else None
+        if not self.report:
+            return None
+        return round(self.report["max_score"] + sum(m["max_points"] for m in self.manual), 2)
 
     @property
     def why(self) -> str:
-        """What the row says besides its points: ``refused: ...`` or ``not graded: ...``, and its note."""
-        text = "" if self.status == GRADED else f"{self.status}: {self.error}"
-        return "; ".join(t for t in (text, self.note and f"note: {self.note}") if t)
+        """What the row says besides its points: ``refused: ...`` or ``not graded: ...``, its late penalty, and its
+        note."""
+        text = "" if self.status == GRADED else f"{self.status}: {self.error}" if self.error else self.status
+        late = f"late by {_duration(self.late_seconds)}, penalty {self.penalty:g}" if self.late_seconds else ""
+        return "; ".join(t for t in (text, late, self.note and f"note: {self.note}") if t)
 
     def to_dict(self) -> dict:
         out = {"student": self.student, "lab": self.lab, "notebook": self.notebook, "status": self.status,
                "score": None if self.status == NOT_GRADED else self.score, "max_score": self.max_score,
                "seed": self.seed, "seconds": round(self.seconds, 1), "error": self.error, "note": self.note}
         if self.assignment is not None:
-            out.update(assignment=self.assignment, notebook_id=self.notebook_id)
+            out.update(assignment=self.assignment, notebook_id=self.notebook_id, timestamp=self.timestamp,
+                       late_seconds=self.late_seconds, penalty=self.penalty)
         if self.report:
             out.update(questions=self.report.get("questions", {}), checks=self.report["checks"],
                        sandbox=self.report.get("sandbox"), shared_runs=self.report.get("shared_runs", []))
+            if self.manual:
+                out["manual"] = self.manual
         return out
 
-    @classmethod
-    def from_dict(cls, d: dict) -> Row:
-        """The row :meth:`to_dict` wrote (``status`` and ``note`` may be missing: a gradebook from before them)."""
-        report = None
-        if "checks" in d:
-            report = {k: d.get(k) for k in ("score", "max_score", "questions", "checks", "sandbox", "shared_runs")}
-        return cls(d["student"], d["lab"], d["notebook"], d.get("seed"), d.get("seconds", 0.0), report,
-                   d.get("error", ""), d.get("assignment"), d.get("notebook_id"), d.get("status"), d.get("note", ""))
+
+def _duration(seconds: float) -> str:
+    """``3 d 4 h``, ``2 h 5 min``, ``40 s``: how late, for people."""
+    s = int(seconds)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60)):
+        if s >= size:
+            return f"{s // size} {unit}" + (f" {s % size // sub_size} {sub}" if s % size >= sub_size else "")
+    return f"{s} s"
 
 
 @dataclass
@@ -245,7 +271,7 @@ class Batch:
     def grade_one(self, i: int, env: dict, warming) -> None:
         sub = self.subs[i]
         row = Row(sub.student, sub.key[1], sub.shown_path, sub.seed if sub.problem is None else None,
-                  assignment=sub.assignment, notebook_id=sub.notebook_id, note=sub.note)
+                  assignment=sub.assignment, notebook_id=sub.notebook_id, note=sub.note, timestamp=sub.timestamp)
         if sub.problem is not None:
             row.error, row.status = printable(sub.problem), REFUSED
         else:

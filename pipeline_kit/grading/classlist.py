@@ -79,6 +79,7 @@ class Submission:
     seed: int | None = None
     home: Path | None = None        # the student's folder (None: a notebook that is a student of its own)
     note: str = ""                  # what a reader of the row should know (the other copies not graded)
+    timestamp: str | None = None    # when it was handed in (nbgrader's timestamp.txt), ISO 8601, UTC
 
     def __post_init__(self) -> None:
         self.student = printable(self.student)
@@ -181,6 +182,8 @@ def from_arguments(paths: list[str]) -> list[Submission]:
             subs += [_from_folder(path, nb) for nb in notebooks]
         elif path.is_file() or path.is_symlink():
             home = Path(os.path.abspath(path)).parent
+            if home.parent.parent.name == "submitted":  # nbgrader's submitted/<student>/<assignment>/: the student's
+                home = home.parent
             subs.append(_own(Submission(path, home.name or path.stem, home=home)))
         else:
             raise UsageError(f"argument NOTEBOOK: no such file or folder: {printable(arg)}")
@@ -198,16 +201,25 @@ def _from_folder(folder: Path, nb: Path) -> Submission:
     return _own(Submission(nb, nb.stem))
 
 
-def from_nbgrader(course: str, assignment: str | None) -> list[Submission]:
-    """``COURSE/submitted/<student>/<assignment>/*.ipynb``, nbgrader's tree of collected submissions."""
+def from_nbgrader(course: str, assignment: str | None, students: list[str] | None = None,
+                  files: list[str] | None = None) -> list[Submission]:
+    """``COURSE/submitted/<student>/<assignment>/*.ipynb``, nbgrader's tree of collected submissions (only
+    ``students``' where given; only the notebooks ``files`` names where given), each with its ``timestamp.txt``."""
     submitted = Path(course) / "submitted"
     if not Path(course).is_dir():
         raise UsageError(f"argument --nbgrader: no such course folder: {printable(course)}")
     if not submitted.is_dir():
         raise UsageError(f"argument --nbgrader: {printable(course)} has no submitted/ folder (nbgrader collect, or "
                          "nbgrader zip_collect, puts the students' notebooks there)")
+    wanted = {os.path.realpath(f) for f in files or []}
+    outside = [f for f in files or [] if not inside(f, str(submitted))]
+    if outside:
+        raise UsageError(f"argument NOTEBOOK: with --nbgrader, a notebook named is one of the course's "
+                         f"submissions, in {printable(str(submitted))}; {printable(outside[0])} is not")
     subs = []
     for student in sorted(p for p in submitted.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if students and student.name not in students:
+            continue
         if student.is_symlink():
             subs.append(_linked_folder(student, student.name))
             continue
@@ -218,13 +230,23 @@ def from_nbgrader(course: str, assignment: str | None) -> list[Submission]:
                 subs.append(_linked_folder(folder, student.name, home=student))
                 continue
             for nb in sorted(folder.glob("*.ipynb")):
-                subs.append(_own(Submission(nb, student.name, assignment=folder.name, notebook_id=nb.stem,
-                                            home=student)))
-    if not subs:
-        wanted = f" for assignment {printable(repr(assignment))}" if assignment else ""
-        raise UsageError(f"argument --nbgrader: {printable(str(submitted))} holds no submitted notebook{wanted} "
+                if wanted and os.path.realpath(nb) not in wanted:
+                    continue
+                sub = _own(Submission(nb, student.name, assignment=folder.name, notebook_id=nb.stem, home=student))
+                _timestamp(sub, folder)
+                subs.append(sub)
+    if not subs and not students:
+        what = f" for assignment {printable(repr(assignment))}" if assignment else ""
+        raise UsageError(f"argument --nbgrader: {printable(str(submitted))} holds no submitted notebook{what} "
                          "(expected submitted/<student>/<assignment>/<notebook>.ipynb)")
     return subs
+
+
+def _timestamp(sub: Submission, folder: Path) -> None:
+    from .nbgrader_course import timestamp
+    when, problem = timestamp(folder)
+    sub.timestamp = when.isoformat(sep=" ") if when else None
+    sub.note = "; ".join(t for t in (sub.note, problem) if t)
 
 
 def identify(subs: list[Submission], sources: Path | None) -> list[Submission]:

@@ -20,17 +20,15 @@ import io
 import json
 import os
 import re
-import stat
 from html import escape
 from pathlib import Path
 
 from ..argtypes import UsageError
-from ..inputs import (Field, InputError, array, check_object, describe, integer, nullable, number, parse_json,
+from ..inputs import (Field, InputError, array, boolean, check_object, describe, integer, nullable, number, parse_json,
                       read_text, text)
-from ..interrupts import write_file_atomically
 from ..limits import LimitError
 from . import names
-from .batch import GRADED, NOT_GRADED, REFUSED, Row
+from .batch import GRADED, MISSING, NOT_GRADED, REFUSED, Row
 from .classlist import printable
 from .notebook import QUESTIONS, read_notebook, source_dir
 from .report import question_label
@@ -42,7 +40,9 @@ SAFE = re.compile(r"[^\w.-]")
 
 
 def check_folder(path: str, what: str = "--gradebook") -> Path:
-    """The gradebook folder, checked before any grade: missing (made later), empty, or one this command wrote."""
+    """The gradebook folder, checked before any grade: missing (made later), empty, or one this command wrote --
+    whose ``grades.json`` is read whole and checked against the row's schema now, so a damaged or hand-edited one
+    stops the command in one line (exit 2) before any grade, never after."""
     folder = Path(path)
     if folder.is_symlink():
         raise UsageError(f"argument {what}: {path} is a link; name the gradebook folder itself")
@@ -54,19 +54,23 @@ def check_folder(path: str, what: str = "--gradebook") -> Path:
         raise UsageError(f"argument {what}: {path} is not a folder (a gradebook is a folder: grades.csv, "
                          "grades.json, feedback/)")
     entries = [p.name for p in folder.iterdir()]
-    if entries and not _is_gradebook(folder):
+    if entries and "grades.json" not in entries:
         raise UsageError(f"argument {what}: {path} holds files this command did not write ({', '.join(entries[:3])}"
                          f"{', ...' if len(entries) > 3 else ''}); give a new or empty folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"argument {what}: cannot write {path}: permission denied")
+    if entries:
+        existing_rows(folder)
+    if not os.access(folder, os.W_OK | os.X_OK) or not os.access(folder.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"argument {what}: cannot write {path}: permission denied (the gradebook and the folder "
+                         "that holds it must be writable: a regrade replaces the folder whole)")
     return folder
 
 
-def _is_gradebook(folder: Path) -> bool:
-    try:
-        return read(folder).get("format") == FORMAT
-    except UsageError:
-        return False
+def existing_rows(folder: Path) -> tuple[dict, list[Row]]:
+    """The gradebook's own fields and rows, checked (:func:`slice_rows`); ({}, []) where it has no grades.json yet."""
+    if not (folder / "grades.json").exists():
+        return {}, []
+    data = read(folder)
+    return data, slice_rows(str(folder), data)[1]
 
 
 def read(folder: Path) -> dict:
@@ -75,9 +79,11 @@ def read(folder: Path) -> dict:
     try:
         data = parse_json(read_text(str(path), "grades.json", limit="MAX_GRADEBOOK_BYTES"), "grades.json")
     except (InputError, LimitError) as exc:
-        raise UsageError(f"{folder}: not a gradebook of this command ({exc})") from None
+        raise UsageError(f"{printable(str(folder))}: not a gradebook this command can read ({exc}); the files "
+                         "were left as they are") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise UsageError(f"{folder}: grades.json is not a gradebook of this command (no \"format\": {FORMAT!r})")
+        raise UsageError(f"{printable(str(folder))}: grades.json is not a gradebook of this command (no "
+                         f"\"format\": {FORMAT!r}); the files were left as they are")
     return data
 
 
@@ -98,18 +104,20 @@ def question_columns(rows: list[Row]) -> list[str]:
 
 
 def csv_text(rows: list[Row]) -> str:
-    """``student, lab, score, max_score, m0xx_main, m0xx_follow, ..., seed, seconds, status, error, note``: a row
-    per notebook.  A ``not graded`` row has no score (blank, never 0); a ``refused`` one scores 0."""
+    """``student, lab, score, max_score, m0xx_main, m0xx_follow, ..., timestamp, penalty, seed, seconds, status,
+    error, note``: a row per notebook.  A ``not graded`` row has no score (blank, never 0); a ``refused`` one, or
+    ``no submission``, scores 0."""
     columns = question_columns(rows)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([_cell(c) for c in ("student", "lab", "score", "max_score", *columns, "seed", "seconds", "status",
-                                        "error", "note")])
+    writer.writerow([_cell(c) for c in ("student", "lab", "score", "max_score", *columns, "timestamp", "penalty",
+                                        "seed", "seconds", "status", "error", "note")])
     for r in sorted(rows, key=lambda r: (r.student, r.lab)):
         q = r.report.get("questions", {}) if r.report else {}
         writer.writerow([_cell(r.student), _cell(r.lab), "" if r.status == NOT_GRADED else _number(r.score),
                          _number(r.max_score), *(_number(q[c]["points"]) if c in q else "" for c in columns),
-                         _number(r.seed), _number(r.seconds, ".1f"), r.status, _cell(r.error), _cell(r.note)])
+                         _cell(r.timestamp or ""), _number(r.penalty), _number(r.seed), _number(r.seconds, ".1f"),
+                         r.status, _cell(r.error), _cell(r.note)])
     return out.getvalue()
 
 
@@ -154,7 +162,10 @@ def feedback_page(row: Row, hidden: set[str], course: str = "") -> str:
         r = row.report
         q = r.get("questions", {})
         summary = "; ".join(f"{question_label(k)} {v['points']:g} / {v['max_points']:g}" for k, v in q.items())
-        body = (f"<h2>{escape(_number(r['score']))} / {escape(_number(r['max_score']))} points</h2>"
+        late = (f"<p>Handed in {escape(row.timestamp or '')} UTC, {escape(row.why.split('; ')[0])}: the course's "
+                f"late-submission policy took off {escape(_number(row.penalty))} of "
+                f"{escape(_number(round(row.score + row.penalty, 2)))} points.</p>" if row.penalty else "")
+        body = (f"<h2>{escape(_number(row.score))} / {escape(_number(row.max_score))} points</h2>{late}"
                 f"<p>{escape(summary)}</p>{table_html(r, lambda name: name in hidden)}"
                 f"<p class=\"note\">Graded by the sandboxed grader of pipeline-kit: your answers ran in an isolated "
                 f"kernel and every check ran in the grader's process. A check marked “hidden cases too” was also "
@@ -162,6 +173,8 @@ def feedback_page(row: Row, hidden: set[str], course: str = "") -> str:
     elif row.status == NOT_GRADED:
         body = (f"<h2>Not graded yet</h2><p>The grader's machine failed, not your notebook ({escape(row.error)}); "
                 f"it will be graded again.</p>")
+    elif row.status == MISSING:
+        body = "<h2>No submission</h2><p>Nothing was handed in for this assignment: it counts 0 points.</p>"
     else:
         body = f"<h2>Not graded</h2><p>{escape(row.error)}</p>"
     if row.note:
@@ -174,38 +187,45 @@ def feedback_page(row: Row, hidden: set[str], course: str = "") -> str:
             f"<style>{style}</style></head><body><h1>{escape(title)}</h1>{head}{body}</body></html>\n")
 
 
+def save(folder: Path, rows: list[Row], meta: dict, sources: Path | None = None, say=None) -> list[Row]:
+    """Put ``rows`` into the gradebook ``folder`` and return all its rows: a row of the same student and lab
+    replaces the old one, every other row stays (a regrade of one student, or one assignment, changes only its
+    rows).  One writer at a time, and all-or-nothing (:mod:`.gradebook_store`): the old gradebook is whole until
+    the new one is, whatever happens meanwhile."""
+    from .gradebook_store import locked, replace
+    with locked(folder, say):
+        old_meta, old_rows = existing_rows(folder)
+        merged = {(r.student, r.lab): r for r in old_rows}
+        merged.update({(r.student, r.lab): r for r in rows})
+        all_rows = list(merged.values())
+        data = _merged_meta(old_meta, meta, len(rows))
+        replace(folder, lambda new: write(new, all_rows, data, sources))
+    return all_rows
+
+
+def _merged_meta(old: dict, new: dict, count: int) -> dict:
+    """The gradebook's own fields after a run: the class lists and shared runs of every run together, and a line
+    per run (when, how many rows, which seeds) in ``runs``."""
+    run = {k: new[k] for k in ("created", "seeds", "shard", "seconds", "merged_from") if k in new}
+    out = {**{k: v for k, v in old.items() if k not in ("format", "rows")}, **new}
+    out["class"] = sorted({tuple(k) for k in [*old.get("class", []), *new.get("class", [])]})
+    out["shared_runs"] = {**old.get("shared_runs", {}), **new.get("shared_runs", {})}
+    out["created"] = old.get("created", new.get("created"))
+    out["runs"] = [*old.get("runs", []), {**run, "rows": count}]
+    return out
+
+
 def write(folder: Path, rows: list[Row], meta: dict, sources: Path | None = None) -> None:
-    """Write the gradebook: the two files and ``feedback/<student>/<lab>.html`` for every row -- all rendered
-    first, so nothing is made where one of them cannot be."""
+    """Write a whole gradebook into the new, empty ``folder``: the two files and
+    ``feedback/<student>/<lab>.html`` for every row."""
     hidden = {lab: hidden_checks(lab, sources) for lab in {r.lab for r in rows if r.report}}
-    pages = {(safe_name(r.student), f"{safe_name(r.lab)}.html"): feedback_page(r, hidden.get(r.lab, set()))
-             for r in rows}
     data = {"format": FORMAT, **meta, "rows": [r.to_dict() for r in sorted(rows, key=lambda r: (r.student, r.lab))]}
-    files = {"grades.csv": csv_text(rows), "grades.json": json.dumps(data, indent=1, ensure_ascii=False) + "\n"}
-    folder.mkdir(exist_ok=True)
-    for (student, page), html in pages.items():
-        for d in (folder / "feedback", folder / "feedback" / student):
-            _own_folder(d)
-        _write(folder / "feedback" / student / page, html)
-    for name, content in files.items():
-        _write(folder / name, content)
-
-
-def _own_folder(d: Path) -> None:
-    if d.is_symlink() or (d.exists() and not d.is_dir()):
-        raise UsageError(f"argument --gradebook: {d} is not a folder this command made; remove it or give a new "
-                         "gradebook folder")
-    d.mkdir(exist_ok=True)
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"argument --gradebook: {path} is not a regular file this command wrote; remove it first")
-    write_file_atomically(str(path), _utf8(text))
+    for r in rows:
+        page = folder / "feedback" / safe_name(r.student) / f"{safe_name(r.lab)}.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(_utf8(feedback_page(r, hidden.get(r.lab, set()))), encoding="utf-8")
+    (folder / "grades.csv").write_text(csv_text(rows), encoding="utf-8")
+    (folder / "grades.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _utf8(text: str) -> str:
@@ -245,17 +265,22 @@ def _any_object(value, where: str):
 
 POINTS = {"points": Field(number(), True), "max_points": Field(number(), True)}
 CHECK_FIELDS = {"name": Field(text(), True), **POINTS, "feedback": Field(text(), True)}
+MANUAL_FIELDS = {"name": Field(text(), True), "max_points": Field(number(), True), "answered": Field(boolean),
+                 "points": Field(nullable(number()))}
 # one line per field :meth:`.batch.Row.to_dict` writes (``status`` and ``note`` are missing in a gradebook from
 # before them; a row without ``checks`` has no report)
 ROW_FIELDS = {
     "student": Field(text(), True), "lab": Field(text(), True), "notebook": Field(text(), True),
-    "status": Field(text(GRADED, REFUSED, NOT_GRADED)), "score": Field(nullable(number()), True),
+    "status": Field(text(GRADED, REFUSED, NOT_GRADED, MISSING)), "score": Field(nullable(number()), True),
     "max_score": Field(nullable(number()), True), "seed": Field(nullable(integer(0)), True),
     "seconds": Field(number(), True), "error": Field(text(), True), "note": Field(text(), default=""),
     "assignment": Field(nullable(text())), "notebook_id": Field(nullable(text())),
     "questions": Field(_mapping(_shape(POINTS), "{points, max_points}"), default={}),
     "checks": Field(array(_shape(CHECK_FIELDS), "checks")), "sandbox": Field(nullable(_any_object)),
     "shared_runs": Field(array(text(), "commands"), default=[]),
+    "manual": Field(array(_shape(MANUAL_FIELDS), "manual cells"), default=[]),
+    "timestamp": Field(nullable(text())), "late_seconds": Field(nullable(number())),
+    "penalty": Field(nullable(number())),
 }
 # what a merge reads of a slice's grades.json besides its rows (other fields are the slice's own record)
 SLICE_FIELDS = {
@@ -286,17 +311,21 @@ def _row(d: dict, where: str) -> Row:
     printable text (a no-op for a row this command wrote)."""
     v = check_object(d, ROW_FIELDS, where)
     status = v["status"] or (GRADED if v["checks"] is not None else REFUSED)
-    if (status == GRADED) != (v["checks"] is not None):
+    if status in (GRADED, REFUSED, NOT_GRADED) and (status == GRADED) != (v["checks"] is not None):
         raise InputError(f"{where}: field 'checks': a {status} row " + ("needs its checks" if status == GRADED else
                                                                         "has no checks"))
     if status == GRADED and (v["score"] is None or v["max_score"] is None):
         raise InputError(f"{where}: field 'score': a graded row has a score and a max_score, got null")
-    report = None if v["checks"] is None else {k: v[k] for k in ("score", "max_score", "questions", "checks",
-                                                                   "sandbox", "shared_runs")}
+    report = None
+    if v["checks"] is not None:  # (the report's own totals are its checks'; the row's add the manual cells)
+        report = {k: v[k] for k in ("questions", "checks", "sandbox", "shared_runs", "manual")}
+        report.update(score=round(sum(c["points"] for c in v["checks"]), 2),
+                      max_score=round(sum(c["max_points"] for c in v["checks"]), 2))
     shown = {k: None if v[k] is None else printable(v[k])
-             for k in ("student", "lab", "notebook", "error", "note", "assignment", "notebook_id")}
+             for k in ("student", "lab", "notebook", "error", "note", "assignment", "notebook_id", "timestamp")}
     return Row(shown["student"], shown["lab"], shown["notebook"], v["seed"], v["seconds"], report, shown["error"],
-               shown["assignment"], shown["notebook_id"], status, shown["note"])
+               shown["assignment"], shown["notebook_id"], status, shown["note"], shown["timestamp"],
+               v["late_seconds"], v["penalty"])
 
 
 def merge(folders: list[str], out: str) -> tuple[dict, list[str]]:

@@ -1,0 +1,321 @@
+"""A term with nbgrader (issue 35): a real course, real submissions through nbgrader's exchange, the kit's batch
+into the course, late work, feedback handed back with nbgrader's own commands, a regrade of one student, a points
+change, the report and the LMS exports -- and the ways a gradebook or a database can break.
+
+One course serves the whole flow (module scope): its grades are the slow part (lab 2, ~4 s a notebook).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import nbgrader_term as term
+import pytest
+from lab_grading import LABS, SOLUTIONS
+
+from pipeline_kit.grading import gradebook, gradebook_store, nbgrader_db
+from pipeline_kit.grading.batch import GRADED, MISSING, NOT_GRADED, Row
+
+pytest.importorskip("nbgrader")
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB2 = "lab02_timelines"
+SECRET = "a course secret of thirty-two bytes!"
+DUE = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=7)).replace(microsecond=0)
+
+
+def _cli(*args, cwd=ROOT, timeout=600):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "pipeline_kit", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env, check=False)
+
+
+def _rows(folder: Path) -> dict:
+    return {(r["student"], r["lab"]): r for r in json.loads((folder / "grades.json").read_text())["rows"]}
+
+
+@pytest.fixture(scope="module")
+def term_course(tmp_path_factory):
+    """alice hands in the model answers on time, bob the same two days late, carol the untouched lab, and dave
+    (a late joiner, in the database) nothing; then the kit grades the course into a gradebook."""
+    root = tmp_path_factory.mktemp("term")
+    course = term.make_course(root, "lab02", SOLUTIONS / f"{LAB2}.ipynb", DUE.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                              ["alice", "bob", "carol", "dave"])
+    for who, nb in (("alice", SOLUTIONS / f"{LAB2}.ipynb"), ("bob", SOLUTIONS / f"{LAB2}.ipynb"), ("carol", None)):
+        term.submit(course, "lab02", who, nb)
+    term.collect(course, "lab02")
+    late = DUE + datetime.timedelta(days=2, hours=3)
+    (course / "submitted" / "bob" / "lab02" / "timestamp.txt").write_text(late.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+    (root / "secret").write_text(SECRET)
+    book = root / "grades"
+    proc = _cli("grade", "--nbgrader", course, "--assignment", "lab02", "--gradebook", book, "--course-secret",
+                root / "secret", "--jobs", "2", cwd=root)
+    return {"root": root, "course": course, "book": book, "proc": proc}
+
+
+def test_a_term_graded_into_the_course(term_course):
+    """Every student has a row (dave's: no submission), bob's late penalty is the course's policy's (``zero``), and
+    nbgrader's own export shows the kit's scores, timestamps and penalties."""
+    proc, book, course = term_course["proc"], term_course["book"], term_course["course"]
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(book)
+    assert {k[0]: r["status"] for k, r in rows.items()} == {"alice": GRADED, "bob": GRADED, "carol": GRADED,
+                                                              "dave": MISSING}
+    assert rows["alice", LAB2]["score"] == 20 and rows["alice", LAB2]["penalty"] is None
+    assert rows["bob", LAB2]["late_seconds"] == pytest.approx(2 * 86400 + 3 * 3600)
+    assert rows["bob", LAB2]["penalty"] == 20 and rows["bob", LAB2]["score"] == 0
+    assert rows["dave", LAB2]["score"] == 0 and rows["dave", LAB2]["max_score"] == 20
+    assert "late by 2 d 3 h, penalty 20" in proc.stdout and "1 without a submission" in proc.stdout
+    exported = term.export(course)
+    assert {s: (float(r["raw_score"]), float(r["late_submission_penalty"]), float(r["score"]))
+            for s, r in exported.items()} == {"alice": (20, 0, 20), "bob": (20, 20, 0), "carol": (0, 0, 0),
+                                              "dave": (0, 0, 0)}
+    assert exported["bob"]["timestamp"].startswith((DUE + datetime.timedelta(days=2, hours=3)).strftime("%Y-%m-%d %H"))
+    with open(book / "grades.csv", newline="") as fh:
+        csv_rows = {r["student"]: r for r in csv.DictReader(fh)}
+    assert csv_rows["bob"]["score"] == "0" and csv_rows["dave"]["status"] == MISSING
+
+
+def test_students_fetch_the_kits_feedback_with_nbgraders_commands(term_course):
+    """The kit's page is where release_feedback takes it; nbgrader's release_feedback and fetch_feedback hand it
+    back, and the page is the kit's (the sandboxed grade, no hidden case, no seed)."""
+    course = term_course["course"]
+    page = course / "feedback" / "alice" / "lab02" / f"{LAB2}.html"
+    assert page.is_file() and (page.parent / "timestamp.txt").is_file()
+    term.release_feedback(course, "lab02")
+    fetched = term.fetch_feedback(course, "lab02", "alice")
+    assert len(fetched) == 1 and fetched[0].name == f"{LAB2}.html"
+    text = fetched[0].read_text()
+    assert "20 / 20 points" in text and "sandboxed grader" in text and "seed" not in text.lower()
+    late = (course / "feedback" / "bob" / "lab02" / f"{LAB2}.html").read_text()
+    assert "late-submission policy took off 20" in late
+
+
+def test_one_student_regraded_after_a_points_change(term_course, tmp_path):
+    """The course raises a check's points and regenerates; a regrade of carol alone (with the model answer now)
+    changes only carol's row, in the gradebook and in the database, and uses the course's points."""
+    course, book, root = term_course["course"], term_course["book"], term_course["root"]
+    src = course / "source" / "lab02" / f"{LAB2}.ipynb"
+    nb = json.loads(src.read_text())
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("points") == 3)
+    gid = cell["metadata"]["nbgrader"]["grade_id"]
+    cell["metadata"]["nbgrader"]["points"] = 4
+    src.write_text(json.dumps(nb, indent=1))
+    term.generate(course, "lab02")
+    shutil.copy(SOLUTIONS / f"{LAB2}.ipynb", course / "submitted" / "carol" / "lab02" / f"{LAB2}.ipynb")
+    before = _rows(book)
+    proc = _cli("grade", "--nbgrader", course, "--assignment", "lab02", "--student", "carol", "--gradebook", book,
+                "--course-secret", root / "secret", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert f"points from the course: lab02 {gid} 3 -> 4" in proc.stderr
+    after = _rows(book)
+    assert after["carol", LAB2]["score"] == 21 and after["carol", LAB2]["max_score"] == 21
+    assert {k: v for k, v in after.items() if k[0] != "carol"} == {k: v for k, v in before.items() if k[0] != "carol"}
+    assert float(term.export(course)["carol"]["score"]) == 21
+
+
+def test_a_course_that_disagrees_with_the_kit_stops_before_grading(term_course, tmp_path):
+    course = term_course["course"]
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy, ignore=shutil.ignore_patterns("feedback", "autograded"))
+    src = copy / "source" / "lab02" / f"{LAB2}.ipynb"
+    nb = json.loads(src.read_text())
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("points"))
+    cell["metadata"]["nbgrader"]["grade_id"] = "renamed_check"
+    src.write_text(json.dumps(nb))
+    proc = _cli("grade", "--nbgrader", copy, "--assignment", "lab02", cwd=tmp_path)
+    assert proc.returncode == 2 and "renamed_check" in proc.stderr and "added" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "grading" not in proc.stderr
+
+
+# -- what can break ------------------------------------------------------------------------------------------------
+
+def _row(student: str, score: float = 1.0) -> Row:
+    report = {"score": score, "max_score": 2.0, "questions": {},
+              "checks": [{"name": "m041_main_x", "points": score, "max_points": 2.0, "feedback": "f"}]}
+    return Row(student, LAB2, f"{student}.ipynb", 1, 1.0, report)
+
+
+def _tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_regrade_keeps_the_other_rows_and_the_instructors_files(tmp_path):
+    book = tmp_path / "book"
+    gradebook.save(book, [_row("ann"), _row("ben")], {"class": [["ann", LAB2], ["ben", LAB2]]})
+    (book / "notes.txt").write_text("mine")
+    gradebook.save(book, [_row("ben", 2.0)], {"class": [["ben", LAB2]]})
+    rows = _rows(book)
+    assert rows["ann", LAB2]["score"] == 1 and rows["ben", LAB2]["score"] == 2
+    assert (book / "notes.txt").read_text() == "mine"
+    assert len(json.loads((book / "grades.json").read_text())["runs"]) == 2
+    assert not list(tmp_path.glob(".book.*"))
+
+
+def test_a_full_disk_leaves_the_old_gradebook_whole(tmp_path):
+    """On a small tmpfs filled nearly to the top, a regrade cannot write: the command says so, the old gradebook
+    is byte for byte what it was, no partial folder is left, and with room again the next run works."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        book = disk / "book"
+        gradebook.save(book, [_row(f"s{i}") for i in range(20)], {})
+        before = _tree(book)
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"x" * 1024):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        with pytest.raises(OSError):
+            gradebook.save(book, [_row("late")], {})
+        assert _tree(book) == before and not list(disk.glob(".book.*"))
+        filler.unlink()
+        gradebook.save(book, [_row("late")], {})
+        assert ("late", LAB2) in _rows(book)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from pipeline_kit.grading import gradebook, gradebook_store
+from pipeline_kit.grading.batch import Row
+from pipeline_kit.interrupts import interrupts_end_in_one_line
+book = Path(sys.argv[1])
+def slow(new):
+    (new / "grades.json").write_text("half")
+    print("writing", flush=True)
+    time.sleep(60)
+with interrupts_end_in_one_line("writer"):
+    with gradebook_store.locked(book):
+        gradebook_store.replace(book, slow)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_writer_killed_mid_write_leaves_the_old_gradebook(tmp_path, how):
+    book = tmp_path / "book"
+    gradebook.save(book, [_row("ann")], {})
+    before = _tree(book)
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(book)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline().strip() == "writing"
+    proc.send_signal(how)
+    proc.wait(30)
+    assert _tree(book) == before
+    assert bool(list(tmp_path.glob(".book.writing-*"))) == (how == signal.SIGKILL)  # SIGTERM cleans up after itself
+    gradebook.save(book, [_row("ben")], {})  # the next run works, and removes what the killed one left
+    assert set(_rows(book)) == {("ann", LAB2), ("ben", LAB2)} and not list(tmp_path.glob(".book.*"))
+
+
+def test_two_writers_keep_both_batches(tmp_path):
+    """A second writer waits for the first (and says so), then adds its rows to the first's."""
+    book = tmp_path / "book"
+    gradebook.save(book, [_row("ann")], {})
+    script = ("import sys; from pathlib import Path; from pipeline_kit.grading import gradebook; "
+              "from pipeline_kit.grading.batch import Row; "
+              "gradebook.save(Path(sys.argv[1]), [Row('cid', 'lab02_timelines', 'c', 1, 1.0, {'score': 1.0, "
+              "'max_score': 2.0, 'questions': {}, 'checks': [{'name': 'm041_main_x', 'points': 1.0, 'max_points': "
+              "2.0, 'feedback': 'f'}]})], {}, say=print)")
+    with gradebook_store.locked(book):
+        other = subprocess.Popen([sys.executable, "-c", script, str(book)], stdout=subprocess.PIPE, text=True,
+                                 cwd=ROOT)
+        assert other.stdout.readline().startswith("waiting for another command writing")
+        rows = [*gradebook.existing_rows(book)[1], _row("ben")]
+        gradebook_store.replace(book, lambda new: gradebook.write(new, rows, {}))
+    assert other.wait(60) == 0
+    assert set(_rows(book)) == {("ann", LAB2), ("ben", LAB2), ("cid", LAB2)}
+
+
+DAMAGES = {
+    "not JSON": "{", "a list": "[]", "no format": '{"rows": []}',
+    "rows not a list": '{"format": "pipeline-kit gradebook 1", "rows": 3}',
+    "a row without student": '{"format": "pipeline-kit gradebook 1", "rows": [{"lab": "x"}]}',
+    "a score as text": None, "a graded row without checks": None, "an unknown status": None,
+}
+
+
+def _damaged(kind: str) -> str:
+    if DAMAGES[kind] is not None:
+        return DAMAGES[kind]
+    row = _row("ann").to_dict()
+    if kind == "a score as text":
+        row["checks"][0]["points"] = "20"
+    elif kind == "a graded row without checks":
+        del row["checks"]
+    else:
+        row["status"] = "excellent"
+    return json.dumps({"format": "pipeline-kit gradebook 1", "rows": [row]})
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGES))
+def test_a_damaged_gradebook_is_one_line_and_left_alone(tmp_path, kind):
+    from pipeline_kit.argtypes import UsageError
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "grades.json").write_text(_damaged(kind))
+    with pytest.raises(UsageError) as err:
+        gradebook.check_folder(str(book))
+    assert "\n" not in str(err.value) and "grades.json" in str(err.value)
+    with pytest.raises(UsageError):
+        gradebook.save(book, [_row("ben")], {})
+    assert (book / "grades.json").read_text() == _damaged(kind) and len(list(book.iterdir())) == 1
+
+
+def test_a_damaged_gradebook_stops_the_commands(tmp_path):
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "grades.json").write_text('{"format": "pipeline-kit gradebook 1", "rows": 3}')
+    for args in (("grade", LABS / f"{LAB2}.ipynb", "--gradebook", book),
+                 ("gradebook", "merge", book, "--out", tmp_path / "merged")):
+        proc = _cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "rows" in proc.stderr and "running cell" not in proc.stderr
+
+
+@pytest.mark.parametrize("content", [b"", b"not a database at all" * 10])
+def test_a_bad_database_is_one_line_and_untouched(tmp_path, content):
+    course = tmp_path / "course"
+    (course / "submitted" / "ann" / "lab02").mkdir(parents=True)
+    shutil.copy(LABS / f"{LAB2}.ipynb", course / "submitted" / "ann" / "lab02")
+    (course / "gradebook.db").write_bytes(content)
+    proc = _cli("grade", "--nbgrader", course, cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "gradebook.db" in proc.stderr and (course / "gradebook.db").read_bytes() == content
+
+
+def test_a_locked_database_is_waited_for_then_reported(term_course, tmp_path, monkeypatch):
+    """While another program holds the course's database locked, recording waits (bounded), then says so in one
+    line; nothing is lost (the rows are in the gradebook) and `gradebook record` writes them later."""
+    course, book = term_course["course"], term_course["book"]
+    rows = gradebook.existing_rows(book)[1]
+    monkeypatch.setattr(nbgrader_db, "LOCKED_WAIT_S", 1)
+    holder = sqlite3.connect(course / "gradebook.db", timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        problems, written = nbgrader_db.record(nbgrader_db.database_url(str(course)), rows)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert not written and len(problems) == 1 and "locked" in problems[0] and "gradebook record" in problems[0]
+    proc = _cli("gradebook", "record", book, "--nbgrader", course)
+    assert proc.returncode == 0, proc.stderr
+    assert "rows into" in proc.stdout
+    assert {r.status for r in rows} == {GRADED, MISSING} and NOT_GRADED not in {r.status for r in rows}
