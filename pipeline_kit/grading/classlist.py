@@ -24,6 +24,7 @@ The rules, in the order the README states them:
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import hmac
 import os
@@ -39,6 +40,7 @@ from .notebook import LAB_NAME, GradeError, lab_name, read_notebook, source_dir
 
 SKIPPED_FOLDERS = (".ipynb_checkpoints",)
 MAX_NOTEBOOKS = 100_000  # a class's notebooks per command (a folder naming more is refused before any grade)
+SMALL_FILE_BYTES = 4096  # a submission's timestamp.txt and submission_secret.txt: a line each
 SECRET_BYTES = (16, 4096)  # a --course-secret file's size: at least 16 bytes of secret, at most 4 KiB
 OWN_FILES_ONLY = "only a student's own files are graded"
 
@@ -243,7 +245,6 @@ def from_nbgrader(course: str, assignment: str | None, students: list[str] | Non
 
 
 def _timestamp(sub: Submission, folder: Path) -> None:
-    from .nbgrader_course import timestamp
     when, problem = timestamp(folder)
     sub.timestamp = when.isoformat(sep=" ") if when else None
     sub.note = "; ".join(t for t in (sub.note, problem) if t)
@@ -295,6 +296,32 @@ def _relative(sub: Submission) -> str:
     """The file as the student knows it: its path inside the student's folder (its name, without one)."""
     rel = sub.path.relative_to(sub.home) if sub.home is not None and sub.path != sub.home else Path(sub.path.name)
     return printable(str(rel))
+
+
+# -- when it was handed in ----------------------------------------------------------------------------------------
+
+def small_file(path: Path) -> str | None:
+    """A ``timestamp.txt`` or ``submission_secret.txt`` of a submission: its text, or None where there is none.  Read
+    as any input is: a regular file (never a link, FIFO or device), at most :data:`SMALL_FILE_BYTES`."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > SMALL_FILE_BYTES:
+        raise ValueError(f"{printable(str(path))} is not a small regular file")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read(SMALL_FILE_BYTES)
+
+
+def timestamp(folder: Path) -> tuple[datetime.datetime | None, str]:
+    """When the submission in ``folder`` was handed in (nbgrader's ``timestamp.txt``, parsed by nbgrader's own
+    ``parse_utc``: naive UTC, as its database keeps it), and a problem to note where it cannot be read."""
+    from nbgrader.utils import parse_utc
+    try:
+        text = small_file(folder / "timestamp.txt")
+        return (parse_utc(text.strip()) if text and text.strip() else None), ""
+    except (ValueError, OverflowError) as exc:
+        return None, f"timestamp.txt cannot be read ({printable(str(exc))[:120]}): no late penalty applied"
 
 
 # -- which slice, which seed -------------------------------------------------------------------------------------

@@ -12,9 +12,7 @@ the command stops before any grade and says which cells.
 
 from __future__ import annotations
 
-import datetime
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,10 +20,8 @@ from ..argtypes import UsageError
 from ..inputs import listed
 from .batch import MISSING, Row
 from .classlist import Submission, printable
-from .notebook import GradeError, is_test, lab_name, nbgrader_meta, read_notebook, source_dir
+from .notebook import GradeError, is_manual, is_test, lab_name, nbgrader_meta, read_notebook, source_dir
 from .report import Check, Report
-
-SMALL_FILE_BYTES = 4096  # timestamp.txt and submission_secret.txt: a line each
 
 
 @dataclass
@@ -49,7 +45,7 @@ def grade_cells(nb: dict) -> tuple[dict[str, tuple[float, str]], dict[str, float
         if not gid or not meta.get("grade"):
             continue
         points = float(points) if isinstance(points, (int, float)) and not isinstance(points, bool) else 0.0
-        if meta.get("solution"):
+        if is_manual(cell):
             manual[gid] = points
         elif is_test(cell):
             tests[gid] = (points, cell["source"].strip())
@@ -143,32 +139,6 @@ def missing_rows(course: str, url: str, notebooks: dict[str, list[CourseNotebook
                 rows.append(Row(printable(student), cn.lab, "", None, report=report, assignment=assignment,
                                 notebook_id=cn.notebook_id, status=MISSING))
     return rows
-
-
-# -- when it was handed in ----------------------------------------------------------------------------------------
-
-def small_file(path: Path) -> str | None:
-    """A ``timestamp.txt`` or ``submission_secret.txt`` of a submission: its text, or None where there is none.  Read
-    as any input is: a regular file (never a link, FIFO or device), at most :data:`SMALL_FILE_BYTES`."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > SMALL_FILE_BYTES:
-        raise ValueError(f"{printable(str(path))} is not a small regular file")
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return fh.read(SMALL_FILE_BYTES)
-
-
-def timestamp(folder: Path) -> tuple[datetime.datetime | None, str]:
-    """When the submission in ``folder`` was handed in (nbgrader's ``timestamp.txt``, parsed by nbgrader's own
-    ``parse_utc``: naive UTC, as its database keeps it), and a problem to note where it cannot be read."""
-    from nbgrader.utils import parse_utc
-    try:
-        text = small_file(folder / "timestamp.txt")
-        return (parse_utc(text.strip()) if text and text.strip() else None), ""
-    except (ValueError, OverflowError) as exc:
-        return None, f"timestamp.txt cannot be read ({printable(str(exc))[:120]}): no late penalty applied"
 
 
 # -- the late penalty, by the course's own policy ---------------------------------------------------------------

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..argtypes import UsageError
 from ..interrupts import write_file_atomically
 from .batch import MISSING, NOT_GRADED, Row
-from .classlist import printable
+from .classlist import printable, small_file
 
 LOCKED_WAIT_S = 60  # how long a locked database is retried before the command reports it
 NEEDED_TABLES = {"assignment", "notebook", "grade_cells", "student", "submitted_assignment", "grade", "alembic_version"}
@@ -167,7 +167,6 @@ def deliver(course: str, rows: list[Row], pages: dict[tuple[str, str], str]) -> 
     ``submission_secret.txt`` beside it (release_feedback reads both), and the submitted notebook into
     ``autograded/<student>/<assignment>/`` (formgrader shows it to the instructor who grades its manual cells).
     ``pages`` maps (student, lab) to the page's HTML.  Returns the problems."""
-    from .nbgrader_course import small_file
     problems = []
     for row in rows:
         if row.assignment is None or row.status in (NOT_GRADED, MISSING) or not row.notebook_id:
