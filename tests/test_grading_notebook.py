@@ -15,10 +15,18 @@ from lab_grading import (LABS, ROOT, SOLUTIONS, assert_partial, grade_answers, l
                          with_answers)
 
 from pipeline_kit.grading.engine import grade
-from pipeline_kit.grading.notebook import QUESTIONS, is_answer, is_test, nbgrader_meta, rubric_part
+from pipeline_kit.grading.notebook import (QUESTIONS, TEXT_STUB, is_answer, is_manual, is_test, merge, nbgrader_meta,
+                                           read_notebook, released_source, rubric_part)
 from pipeline_kit.grading.release import make_labs
+from pipeline_kit.grading.report import ManualCheck, Report
 
 LAB1, LAB4 = "lab01_schedule_selection", "lab04_1f1b_generator"
+
+
+def _manual_cells(lab: str) -> list[tuple[str, float]]:
+    """(grade_id, points) of the manually graded cells of ``lab``'s solution (words the instructor scores)."""
+    nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
+    return [(nbgrader_meta(c)["grade_id"], nbgrader_meta(c)["points"]) for c in nb.cells if is_manual(c)]
 
 
 @pytest.mark.parametrize("lab", lab_names())
@@ -29,6 +37,8 @@ def test_solution_scores_full_marks(lab):
         report = grade(SOLUTIONS / f"{lab}.ipynb")
     assert report.max_score > 0
     assert report.score == report.max_score, report.text()
+    # a manual cell (lab 10's sentence) is listed, answered, and in neither score nor max_score
+    assert [(m.name, m.max_points, m.answered) for m in report.manual] == [(g, p, True) for g, p in _manual_cells(lab)]
 
 
 @pytest.mark.parametrize("lab", lab_names())
@@ -38,6 +48,7 @@ def test_untouched_lab_scores_zero(lab):
     assert report.max_score > 0
     assert report.score == 0, report.text()
     assert all(c.feedback and c.feedback != "passed" for c in report.checks)
+    assert [(m.name, m.max_points, m.answered) for m in report.manual] == [(g, p, False) for g, p in _manual_cells(lab)]
 
 
 def test_labs_are_generated_from_solutions():
@@ -53,7 +64,22 @@ def test_labs_hide_solutions_and_hidden_tests():
         for cell in nb.cells:
             if is_answer(cell) and cell.cell_type == "code":
                 assert "raise NotImplementedError()" in cell.source
+            elif is_answer(cell):  # words: nbgrader releases the whole cell as its text stub
+                assert cell.source == TEXT_STUB
             assert not cell.get("outputs")
+
+
+def test_the_released_text_is_nbgrader_s():
+    """The grader's idea of an answer cell's released text (what "not answered" means) is what make-labs wrote."""
+    count = 0
+    for lab in lab_names():
+        lab_cells = read_notebook(LABS / f"{lab}.ipynb")["cells"]
+        released = {nbgrader_meta(c).get("grade_id"): c["source"] for c in lab_cells}
+        for cell in read_notebook(SOLUTIONS / f"{lab}.ipynb")["cells"]:
+            if is_answer(cell):
+                assert released_source(cell) == released[nbgrader_meta(cell)["grade_id"]], (lab, nbgrader_meta(cell))
+                count += 1
+    assert count > 50
 
 
 def test_points_follow_the_bank_rubric():
@@ -68,8 +94,11 @@ def test_points_follow_the_bank_rubric():
                 assert meta.get("schema_version") == 3 and meta.get("grade_id"), (lab, meta)
                 assert meta["grade_id"] not in ids, (lab, meta["grade_id"])
                 ids.add(meta["grade_id"])
-            if is_answer(cell):
+            if is_answer(cell) and cell.cell_type == "code":
                 assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, (lab, meta)
+            if is_manual(cell):  # words the instructor scores: named after a rubric point, their points beside the 15
+                assert not meta["locked"] and meta["points"] > 0 and rubric_part(meta["grade_id"]), (lab, meta)
+                continue
             if is_test(cell):
                 assert meta["locked"] and meta["points"] > 0, (lab, meta)
                 part = rubric_part(meta["grade_id"])
@@ -151,6 +180,73 @@ def test_students_own_cells_are_kept(tmp_path):
     nbformat.write(nb, str(path))
     report = grade(path)
     assert report.score == report.max_score, report.text()
+
+
+# -- manually graded cells: words the instructor scores -------------------------------------------------
+
+def _manual_lab(folder: Path) -> Path:
+    """A canonical lab of three cells: a given ``x = 1``, a markdown manual cell (2 points), a test that x is 1."""
+    nb = nbformat.v4.new_notebook(metadata={"pipeline_kit": {"lab": "lab99_words"}})
+    meta = {"schema_version": 3, "task": False}
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {**meta, "grade": False, "grade_id": "given_1",
+                                                                  "locked": True, "solution": False}}),
+        nbformat.v4.new_markdown_cell("x is one.", metadata={"nbgrader": {
+            **meta, "grade": True, "grade_id": "m041_follow_words", "locked": False, "points": 2, "solution": True}}),
+        nbformat.v4.new_code_cell("assert x == 1, 'x changed'", metadata={"nbgrader": {
+            **meta, "grade": True, "grade_id": "m041_follow_x", "locked": True, "points": 1, "solution": False}}),
+    ]
+    folder.mkdir()
+    nbformat.write(nb, str(folder / "lab99_words.ipynb"))
+    return folder
+
+
+def _words(tmp_path: Path, sources: Path, text: str, cell_type: str = "markdown") -> Path:
+    nb = nbformat.read(str(sources / "lab99_words.ipynb"), as_version=4)
+    nb.cells[1].cell_type, nb.cells[1].source = cell_type, text
+    if cell_type == "code":
+        nb.cells[1].outputs, nb.cells[1].execution_count = [], None
+    path = tmp_path / f"student_{cell_type}.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_a_markdown_answer_is_merged_and_never_runs(tmp_path):
+    """The student's words go into the canonical manual cell by grade_id and are never executed -- not even code in
+    them, nor a cell the student turned into a code cell; the report lists the cell, answered or not, beside the
+    automatic checks and outside their score."""
+    sources = _manual_lab(tmp_path / "sources")
+    code = "x = 2\nimport os\nos._exit(3)"
+    for cell_type in ("markdown", "code"):
+        report = grade(_words(tmp_path, sources, code, cell_type), sources=sources)
+        assert (report.score, report.max_score) == (1, 1), report.text()  # the test still sees the given x = 1
+        assert report.manual == [ManualCheck("m041_follow_words", 2, True)]
+        assert report.questions() == {"m041_follow": {"points": 1, "max_points": 1}}
+    canonical = read_notebook(sources / "lab99_words.ipynb")
+    merged = merge(read_notebook(_words(tmp_path, sources, code)), canonical)
+    assert merged.nb["cells"][1]["cell_type"] == "markdown" and merged.nb["cells"][1]["source"] == code
+    for text, answered in ((TEXT_STUB, False), (f"  {TEXT_STUB}\n\n", False), ("", False), ("x is 1", True)):
+        assert merge(read_notebook(_words(tmp_path, sources, text)), canonical).manual == {
+            "m041_follow_words": answered}, text
+    deleted = read_notebook(_words(tmp_path, sources, "x is 1"))
+    del deleted["cells"][1]
+    assert merge(deleted, canonical).manual == {"m041_follow_words": False}
+
+
+def test_the_report_lists_manual_cells_outside_the_score():
+    report = Report("nb.ipynb", lab="lab10_planning", seed=1)
+    report.add("plan_follow_rule", 2, True, "passed")
+    assert "manual" not in report.to_dict()  # only where the lab has manual cells
+    report.manual = [ManualCheck("plan_follow_sentence", 2, True), ManualCheck("plan_follow_other", 1, False)]
+    out = report.to_dict()
+    assert out["manual"] == [{"name": "plan_follow_sentence", "max_points": 2, "answered": True},
+                             {"name": "plan_follow_other", "max_points": 1, "answered": False}]
+    assert (out["score"], out["max_score"]) == (2, 2) and out["questions"] == {"plan_follow": {"points": 2,
+                                                                                              "max_points": 2}}
+    text = report.text()
+    assert "plan_follow_sentence     — / 2   graded by your instructor (answered)" in text
+    assert "plan_follow_other        — / 1   graded by your instructor (not answered yet)" in text
+    assert text.startswith("nb.ipynb: 2 / 2\n") and "3 more points graded by your instructor" in text
 
 
 # -- the command line ---------------------------------------------------------------------------------

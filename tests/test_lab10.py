@@ -12,7 +12,7 @@ from lab_grading import LABS, SOLUTIONS, assert_partial, grade_answers
 from pipeline_kit.grading.engine import grade
 from pipeline_kit.course.labs import lab10
 from pipeline_kit.course.labs.common import LabCheckFailed
-from pipeline_kit.grading.notebook import nbgrader_meta
+from pipeline_kit.grading.notebook import TEXT_STUB, is_manual, merge, nbgrader_meta, read_notebook
 from pipeline_kit.course.questions import plan_problem
 from pipeline_kit.layout import even_split
 
@@ -172,3 +172,40 @@ def test_decide_rule():
         lab10.check_decide(lambda w, o: max(lab10.FACTORS, key=o.__getitem__), lab10.decide_cases())
     with pytest.raises(LabCheckFailed, match="does not fit at all"):
         lab10.check_decide(lambda w, o: "bubble", lab10.hidden_decide_cases(random.Random(0))[1:2])
+
+
+# -- the sentence: a manually graded cell, scored by the instructor --------------------------------
+SENTENCE = {"grade": True, "solution": True, "locked": False, "points": 2, "grade_id": "plan_follow_sentence",
+            "schema_version": 3, "task": False}
+
+
+def test_the_sentence_is_a_manual_cell_the_grader_lists_and_does_not_score():
+    """A markdown cell nbgrader's formgrader scores (2 points beside the 15): released as nbgrader's text stub, the
+    model answer's merge answered and the untouched lab's not (the full-marks and zero grades of
+    test_grading_notebook.py list it so in their reports)."""
+    solution, lab = read_notebook(SOLUTIONS / f"{LAB}.ipynb"), read_notebook(LABS / f"{LAB}.ipynb")
+    [cell] = [c for c in solution["cells"] if is_manual(c)]
+    assert cell["cell_type"] == "markdown" and nbgrader_meta(cell) == SENTENCE
+    [released] = [c for c in lab["cells"] if is_manual(c)]
+    assert released["source"] == TEXT_STUB and released["cell_type"] == "markdown"
+    assert merge(solution, solution).manual == {"plan_follow_sentence": True}
+    assert merge(lab, solution).manual == {"plan_follow_sentence": False}
+    at = solution["cells"].index(cell)  # after the follow-up's last check, before the self-grade
+    assert nbgrader_meta(solution["cells"][at - 2])["grade_id"] == "plan_follow_factor"
+    assert solution["cells"][at + 1]["source"].startswith("## Your grade so far")
+    prompt = solution["cells"][at - 1]["source"]
+    assert "graded by your instructor" in prompt and prompt.count("* 1 point:") == 2
+    assert "one or two sentences" in prompt
+
+
+def test_the_model_sentence_quotes_the_solutions_own_numbers():
+    """The model answer's milliseconds are the ones the solution's factor cell prints (nbval keeps those current)."""
+    nb = read_notebook(SOLUTIONS / f"{LAB}.ipynb")
+    cells = {nbgrader_meta(c).get("grade_id"): c for c in nb["cells"]}
+    printed = "".join("".join(o.get("text", "")) for o in cells["factor"]["outputs"])
+    factor = printed.split("decided by:")[1].strip()
+    row = next(line for line in printed.splitlines() if line.strip().startswith(f"{factor}:"))
+    mine, baseline = (f"{float(x):.2f} ms" for x in row.replace("plain 1F1B", "").replace("ms", "").split(":")[1]
+                      .split(","))
+    sentence = cells["plan_follow_sentence"]["source"]
+    assert sentence.startswith(f"The {factor} decided it") and mine in sentence and baseline in sentence

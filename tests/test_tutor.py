@@ -260,3 +260,32 @@ def test_the_grade_command_reports_progress_a_line_per_cell(tmp_path):
     lines = [line for line in out.stderr.splitlines() if line.startswith("running cell ")]
     assert lines[0] == f"running cell 2/{cells}" and lines[-1].endswith(f"/{cells}") and len(lines) > 10
     assert json.loads(out.stdout)["lab"] == "lab02_timelines"
+
+
+def test_a_manual_cell_shows_as_graded_by_the_instructor_never_a_cross():
+    """grade_me()'s table (and the feedback pages', the same rendering) lists a manually graded cell in its question
+    with its points possible and whether it is answered: no ✗, no 0, outside the automatic subtotal; once the
+    instructor has scored it (a feedback page's report), with those points."""
+    from pipeline_kit.grading import rubric_table
+
+    checks = [{"name": "plan_follow_rule", "points": 2, "max_points": 2, "feedback": "passed"},
+              {"name": "plan_follow_factor", "points": 0, "max_points": 2, "feedback": "not answered yet"}]
+    for answered in (True, False):
+        report = {"lab": "lab10_planning", "score": 2, "max_score": 4, "checks": checks,
+                  "manual": [{"name": "plan_follow_sentence", "max_points": 2, "answered": answered}]}
+        shown = self_grade.SelfGrade(report, "lab10_planning.ipynb as saved", 0, lambda name: False)
+        text, html = repr(shown), shown._repr_html_()
+        state = "answered" if answered else "not answered yet"
+        assert text.startswith("self-grade: 2 / 4 points\nplanning a pipeline (beyond the bank) · follow-up: "
+                               "2 / 4 points + 2 graded by your instructor\n")
+        assert f"  ✎ plan_follow_sentence — 2 points possible, graded by your instructor ({state})\n" in text
+        assert "plan_follow_sentence — 0" not in text and "✗ plan_follow_sentence" not in text
+        assert "2 more points (plan_follow_sentence) are graded by your instructor" in text
+        [row] = re.findall(r'<tr class="pk-manual">.*?</tr>', html)
+        assert "✗" not in row and "plan_follow_sentence" in row and "— / 2" in row and f"({state})" in row
+        assert html.count('<tr class="pk-check">') == 2 and html.count('<tr class="pk-group">') == 1
+    scored = {**report, "manual": [{"name": "plan_follow_sentence", "max_points": 2, "answered": True, "points": 1.5}]}
+    html = rubric_table.table_html(scored, lambda name: False)
+    assert "1.5 / 2" in html and "2 / 4 points + 1.5 / 2 graded by your instructor" in html
+    assert "  ✎ plan_follow_sentence — 1.5 / 2 points, graded by your instructor" in rubric_table.table_text(
+        scored, lambda name: False)

@@ -6,8 +6,8 @@ process and the student's code in a sandboxed kernel (``kernel``, ``sandbox``), 
 """
 
 from .remote import grading_seed, hidden_rng, probe
-from .report import Check, Report
+from .report import Check, ManualCheck, Report
 from .timeline import GridError, check_timeline, parse_grid, timeline_grid
 
-__all__ = ["Check", "GridError", "Report", "check_timeline", "grading_seed", "hidden_rng", "parse_grid", "probe",
-           "timeline_grid"]
+__all__ = ["Check", "GridError", "ManualCheck", "Report", "check_timeline", "grading_seed", "hidden_rng", "parse_grid",
+           "probe", "timeline_grid"]

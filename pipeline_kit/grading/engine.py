@@ -31,12 +31,13 @@ from .notebook import (
     NotGraded,
     canonical_for,
     cell_kind,
+    is_manual,
     merge,
     nbgrader_meta,
     read_notebook,
     source_dir,
 )
-from .report import Report
+from .report import ManualCheck, Report
 
 MAX_RESTARTS = 5
 ATTEMPTS = 2  # a grade the machine failed is tried once more, in a fresh sandbox, before it is "not graded"
@@ -295,8 +296,9 @@ class Run:
 # -- the report ------------------------------------------------------------------------------------------------
 
 def build_report(notebook: str, lab: str, seed: int, merged, results: list[CellResult]) -> Report:
-    """One check per test cell.  The answer cells right before a run of test cells are what those tests
-    check: when one of them failed, a failing test says so (the test's own error is often a NameError)."""
+    """One check per test cell, and one manual entry per manually graded cell (its points possible and whether
+    it was answered: the instructor scores it).  The answer cells right before a run of test cells are what those
+    tests check: when one of them failed, a failing test says so (the test's own error is often a NameError)."""
     report = Report(notebook, lab=lab, seed=seed)
     group: list[tuple[str, str]] = []
     after_test = False
@@ -304,6 +306,9 @@ def build_report(notebook: str, lab: str, seed: int, merged, results: list[CellR
         res = results[i]
         gid = nbgrader_meta(cell).get("grade_id")
         kind = cell_kind(cell)
+        if is_manual(cell):
+            points = float(nbgrader_meta(cell).get("points", 0))  # (the canonical notebook's metadata)
+            report.manual.append(ManualCheck(gid, points, bool(merged.manual.get(gid))))
         if kind == "answer":
             if after_test:
                 group, after_test = [], False

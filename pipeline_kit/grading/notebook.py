@@ -3,7 +3,9 @@
 Why the grader never runs the student's notebook as it is: a student can edit or delete test cells,
 change points or reorder things.  So the grader takes the canonical notebook (with its hidden tests),
 puts the student's *answer* cells into it by their nbgrader ``grade_id`` (cells the student added are
-kept after the answer or given cell they follow), and grades that (see :mod:`.engine`).  The lab is
+kept after the answer or given cell they follow), and grades that (see :mod:`.engine`).  A *manual* cell
+(nbgrader's ``grade`` and ``solution`` together: words or code the instructor scores by hand) is merged the same
+way; its cell type stays the canonical one, so a student's markdown answer is text and never runs.  The lab is
 identified by name from a fixed list -- the notebooks in ``solutions/`` -- never by a path the
 notebook names.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..inputs import InputError, parse_json, read_text
@@ -53,6 +55,42 @@ def is_answer(cell) -> bool:
 def is_test(cell) -> bool:
     meta = nbgrader_meta(cell)
     return bool(meta.get("grade")) and not meta.get("solution") and cell.get("cell_type") == "code"
+
+
+def is_manual(cell) -> bool:
+    """A manually graded cell in nbgrader's sense (``grade`` and ``solution``, code or markdown): the student answers
+    in it, the instructor scores it (nbgrader's formgrader); the kit's grader only says whether it was answered."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade")) and bool(meta.get("solution")) and cell.get("cell_type") in ("code", "markdown")
+
+
+# What nbgrader's ClearSolutions puts in a released answer cell (its defaults): a solution region, or a whole cell
+# without one, becomes the stub of the cell's type.
+CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+TEXT_STUB = "YOUR ANSWER HERE"
+
+
+def released_source(cell) -> str:
+    """An answer cell's text as nbgrader releases it: each ``BEGIN SOLUTION`` ... ``END SOLUTION`` region replaced by
+    the stub (indented as the marker line), or, with no region, the whole cell."""
+    stub = (CODE_STUB if cell.get("cell_type") == "code" else TEXT_STUB).split("\n")
+    out, inside, replaced = [], False, False
+    for line in str(cell.get("source", "")).split("\n"):
+        if "BEGIN SOLUTION" in line:
+            inside = replaced = True
+            indent = re.match(r"\s*", line).group(0)
+            out += [indent + s for s in stub]
+        elif "END SOLUTION" in line:
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "\n".join(out) if replaced else "\n".join(stub)
+
+
+def answered(source: str, canonical_cell) -> bool:
+    """Whether a manual cell holds an answer: not blank, and not the released text (whitespace aside)."""
+    words = source.split()
+    return bool(words) and words != released_source(canonical_cell).split()
 
 
 # A test cell is named after the rubric point it grades: ``m044_main_formula``, ``zbv_follow_memory``.  The
@@ -175,6 +213,7 @@ def canonical_for(nb, path: Path, sources: Path | None = None):
 class Merged:
     nb: object  # the notebook to execute; its answer cells keep the canonical metadata
     notes: dict  # grade_id -> why that answer is missing or doubtful
+    manual: dict = field(default_factory=dict)  # manual cell's grade_id -> whether the student answered it
 
 
 def merge(student, canonical) -> Merged:
@@ -203,11 +242,17 @@ def merge(student, canonical) -> Merged:
             cells.append({"cell_type": "code", "metadata": {}, "source": cell.get("source", ""), "outputs": [],
                           "execution_count": None})
 
+    manual: dict[str, bool] = {}
     add_extras(None)
     for cell in out["cells"]:
         gid = nbgrader_meta(cell).get("grade_id")
-        if is_answer(cell):
-            student_cell = answers.get(gid)
+        student_cell = answers.get(gid) if is_answer(cell) else None
+        text = str(student_cell.get("source", "")) if student_cell is not None else ""
+        if is_manual(cell):
+            manual[gid] = answered(text, cell)
+        if is_answer(cell) and cell.get("cell_type") != "code":  # words: the student's text, whatever type their
+            cell["source"] = text                                # cell has now, in a markdown cell that never runs
+        elif is_answer(cell):
             if student_cell is None:
                 notes[gid] = f"answer cell '{gid}' is missing from your notebook (deleted or its metadata changed)"
                 cell["source"] = f"raise RuntimeError({notes[gid]!r})"
@@ -215,7 +260,7 @@ def merge(student, canonical) -> Merged:
                 notes[gid] = f"answer cell '{gid}' was changed into a {student_cell.get('cell_type')} cell"
                 cell["source"] = f"raise RuntimeError({notes[gid]!r})"
             else:
-                cell["source"] = student_cell.get("source", "")
+                cell["source"] = text
         cells.append(cell)
         if gid:
             add_extras(gid)
@@ -223,5 +268,5 @@ def merge(student, canonical) -> Merged:
     for cell in cells:
         if cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
-    return Merged(out, notes)
+    return Merged(out, notes, manual)
 

@@ -1,4 +1,5 @@
-"""A rubric report: named checks with points earned, points possible and specific feedback."""
+"""A rubric report: named checks with points earned, points possible and specific feedback, and the manually graded
+cells beside them (points possible, whether answered: the instructor scores them, the kit does not grade words)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,19 @@ class Check:
 
 
 @dataclass
+class ManualCheck:
+    """A manually graded cell (nbgrader's ``grade`` and ``solution``): the instructor scores it in nbgrader's
+    formgrader; the report says only its points possible and whether the student answered it."""
+
+    name: str
+    max_points: float
+    answered: bool
+
+
+MANUAL_NOTE = "graded by your instructor"
+
+
+@dataclass
 class Report:
     """What a grader returns; ``to_dict`` is the ``--json`` contract shared by every grading command."""
 
@@ -22,6 +36,7 @@ class Report:
     lab: str | None = None    # set by the notebook grader, with the seed its hidden cases were drawn from: the
     seed: int | None = None   # instructor's (``to_dict``, the gradebook), never in the text a student may see
     sandbox: dict | None = None  # how the student's code was isolated (the notebook grader's, decided by it)
+    manual: list[ManualCheck] = field(default_factory=list)  # not in score or max_score: the instructor's to score
 
     @property
     def score(self) -> float:
@@ -58,15 +73,23 @@ class Report:
         if self.sandbox is not None:
             head.update(sandbox=self.sandbox)
         by_question = {"questions": self.questions()} if self.lab is not None else {}  # (a lab's report)
+        manual = {"manual": [{"name": m.name, "max_points": m.max_points, "answered": m.answered}
+                             for m in self.manual]} if self.manual else {}
         return {**head, "score": self.score, "max_score": self.max_score, **by_question,
                 "checks": [{"name": c.name, "points": c.points, "max_points": c.max_points, "feedback": c.feedback}
-                           for c in self.checks]}
+                           for c in self.checks], **manual}
 
     def text(self) -> str:
-        width = max((len(c.name) for c in self.checks), default=10)
+        width = max((len(c.name) for c in [*self.checks, *self.manual]), default=10)
         lines = [f"{self.notebook}: {self.score:g} / {self.max_score:g}"]
         for c in self.checks:
             lines.append(f"  {c.name:<{width}}  {c.points:>4g} / {c.max_points:<3g} {c.feedback}")
+        for m in self.manual:
+            lines.append(f"  {m.name:<{width}}  {'—':>4} / {m.max_points:<3g} {MANUAL_NOTE} "
+                         f"({'answered' if m.answered else 'not answered yet'})")
+        if self.manual:
+            total = sum(m.max_points for m in self.manual)
+            lines.append(f"{total:g} more point{'' if total == 1 else 's'} {MANUAL_NOTE}, not in this score")
         by_question = self.questions()
         if by_question:
             lines.append("by question: " + ", ".join(

@@ -121,6 +121,12 @@ class SelfGrade:
                          f"{'them' if self.unsaved != 1 else 'it'}.")
         notes.append("Hidden cases were drawn afresh for this self-grade; each grade draws new ones, and the same "
                      "answers earn the same points whichever are drawn.")
+        manual = self.report.get("manual") or []
+        if manual:
+            total = round(sum(m["max_points"] for m in manual), 2)
+            cells = ", ".join(m["name"] for m in manual)
+            notes.append(f"{total:g} more point{'' if total == 1 else 's'} ({cells}) {'is' if total == 1 else 'are'} "
+                         f"graded by your instructor, who reads what you wrote there: they are not in this score.")
         if not (self.report.get("sandbox") or {}).get("isolated", True):
             notes.append(f"The sandbox was OFF ({self.report['sandbox'].get('why')}).")
         return notes

@@ -9,7 +9,9 @@ in an IPython kernel that adds an input transformer which recognises a lab's che
 part of a canonical test cell; hidden tests, where nbgrader or a solution put them back, run too) and runs it
 through :func:`run_check_cell`.  Any other cell runs as it was written.  A failing check cell still raises, so
 nbgrader and nbval still count it as a failed cell; IPython shows the exception's ``_render_traceback_``
-(:mod:`.verdict`) instead of the kit's frames, and ``%tb`` shows them all.
+(:mod:`.verdict`) instead of the kit's frames, and ``%tb`` shows them all.  A manually graded cell (words the
+instructor scores) has no verdict of its own: a markdown cell never runs, and the self-grade lists it as "graded by
+your instructor" (``verdict.manual_headline``), never as a ✗.
 """
 
 from __future__ import annotations

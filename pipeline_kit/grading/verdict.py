@@ -35,6 +35,15 @@ def headline(name: str, earned: float, max_points: float) -> str:
     return f"{'✓' if earned >= max_points else '✗'} {name} — {points(earned, max_points)}"
 
 
+def manual_headline(name: str, max_points: float, answered: bool, earned: float | None = None) -> str:
+    """A manually graded cell's line, never a ✓ or ✗: ``✎ plan_follow_sentence — 2 points possible, graded by your
+    instructor (answered)``; with the instructor's score, ``✎ ... — 1.5 / 2 points, graded by your instructor``."""
+    shown = f"{max_points:g} point{'' if max_points == 1 else 's'} possible" if earned is None else \
+        points(earned, max_points)
+    state = "" if earned is not None else " (answered)" if answered else " (not answered yet)"
+    return f"✎ {name} — {shown}, graded by your instructor{state}"
+
+
 def wrapped(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(" ".join(text.split()), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [
         indent]
