@@ -319,3 +319,40 @@ def test_a_locked_database_is_waited_for_then_reported(term_course, tmp_path, mo
     assert proc.returncode == 0, proc.stderr
     assert "rows into" in proc.stdout
     assert {r.status for r in rows} == {GRADED, MISSING} and NOT_GRADED not in {r.status for r in rows}
+
+
+def test_manual_points_add_up_in_the_database_and_the_gradebook(tmp_path):
+    """Lab 10's interview sentence is scored in formgrader: the kit marks it as needing a grade (answered) and
+    leaves it; once the instructor gives 1.5 of 2, the next record adds them in the row, the page and the export."""
+    from nbgrader.api import Gradebook
+
+    from pipeline_kit.grading import nbgrader_course
+    from pipeline_kit.grading.notebook import read_notebook
+    lab10 = "lab10_planning"
+    course = term.make_course(tmp_path, "lab10", SOLUTIONS / f"{lab10}.ipynb", None, ["ann"])
+    (course / "submitted" / "ann" / "lab10").mkdir(parents=True)
+    shutil.copy(SOLUTIONS / f"{lab10}.ipynb", course / "submitted" / "ann" / "lab10")
+    tests, manual = nbgrader_course.grade_cells(read_notebook(SOLUTIONS / f"{lab10}.ipynb"))
+    assert manual == {"plan_follow_sentence": 2.0}
+    report = {"score": sum(p for p, _ in tests.values()), "max_score": sum(p for p, _ in tests.values()),
+              "questions": {}, "checks": [{"name": g, "points": p, "max_points": p, "feedback": ""}
+                                          for g, (p, _) in tests.items()],
+              "manual": [{"name": "plan_follow_sentence", "max_points": 2.0, "answered": True}]}
+    row = Row("ann", lab10, str(course / "submitted" / "ann" / "lab10" / f"{lab10}.ipynb"), 1, 1.0, report,
+              assignment="lab10", notebook_id=lab10)
+    url = nbgrader_db.database_url(str(course))
+    problems, written = nbgrader_db.write_course(str(course), url, [row], None)
+    assert written and problems == ["ann lab10: no submission_secret.txt in its submission (not collected by "
+                                    "`nbgrader collect`?): `nbgrader release_feedback` cannot hand it back"]
+    assert (course / "autograded" / "ann" / "lab10" / f"{lab10}.ipynb").is_file()
+    with Gradebook(url) as gb:
+        grade = gb.find_grade("plan_follow_sentence", lab10, "lab10", "ann")
+        assert grade.needs_manual_grade and grade.auto_score is None
+        grade.manual_score = 1.5  # what formgrader does
+        gb.db.commit()
+    nbgrader_course.manual_scores(url, [row])
+    assert row.score == report["score"] + 1.5 and row.max_score == report["max_score"] + 2
+    nbgrader_db.record(url, [row])
+    assert float(term.export(course)["ann"]["score"]) == row.score
+    page = gradebook.feedback_page(row, set())
+    assert "1.5 / 2" in page and f"{row.score:g} / {row.max_score:g} points" in page
