@@ -368,7 +368,7 @@ COMMANDS: list[Command] = [
     ("grade", "grade lab notebooks (one, a class folder, an nbgrader course): run each offline against its "
      "canonical tests in a sandbox and print the rubric, or write a gradebook",
      grade_commands.add_grade_args, grade_commands.cmd_grade),
-    ("gradebook", "gradebooks of a class graded in slices: `gradebook merge DIR... --out DIR`",
+    ("gradebook", "a class's gradebook: merge the slices, record it into nbgrader, a report page, an LMS export",
      grade_commands.add_gradebook_args, grade_commands.cmd_gradebook),
     ("make-labs", "write labs/ (student notebooks) from solutions/ with nbgrader's preprocessors",
      add_make_labs_args, cmd_make_labs),

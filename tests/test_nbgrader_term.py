@@ -137,6 +137,19 @@ def test_a_course_that_disagrees_with_the_kit_stops_before_grading(term_course, 
     assert len(proc.stderr.strip().splitlines()) == 1 and "grading" not in proc.stderr
 
 
+def test_report_and_exports_of_the_term(term_course, tmp_path):
+    book = term_course["book"]
+    proc = _cli("gradebook", "report", book, "-o", tmp_path / "report.html")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert f'id="lab-{LAB2}"' in page and "<svg" in page
+    for fmt in ("canvas", "moodle", "csv"):
+        proc = _cli("gradebook", "export", book, "--format", fmt, "-o", tmp_path / f"{fmt}.csv")
+        assert proc.returncode == 0, proc.stderr
+        with open(tmp_path / f"{fmt}.csv", newline="") as fh:
+            assert any("bob" in ",".join(r) for r in csv.reader(fh))
+
+
 # -- what can break ------------------------------------------------------------------------------------------------
 
 def _row(student: str, score: float = 1.0) -> Row:
@@ -284,7 +297,8 @@ def test_a_damaged_gradebook_stops_the_commands(tmp_path):
     book.mkdir()
     (book / "grades.json").write_text('{"format": "pipeline-kit gradebook 1", "rows": 3}')
     for args in (("grade", LABS / f"{LAB2}.ipynb", "--gradebook", book),
-                 ("gradebook", "merge", book, "--out", tmp_path / "merged")):
+                 ("gradebook", "merge", book, "--out", tmp_path / "merged"),
+                 ("gradebook", "report", book, "-o", tmp_path / "r.html")):
         proc = _cli(*args, cwd=tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "rows" in proc.stderr and "running cell" not in proc.stderr

@@ -299,6 +299,7 @@ def print_summary(rows, shared, seconds, as_json, folder, url, problems) -> None
 
 
 def add_gradebook_args(p: argparse.ArgumentParser) -> None:
+    from .gradebook_views import add_view_args
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p), required=True)
     m = sub.add_parser("merge", help="join the gradebooks of a class's --shard K/N slices into one",
                        description="join the gradebooks of a class's --shard K/N slices into one: refuses a "
@@ -315,6 +316,7 @@ def add_gradebook_args(p: argparse.ArgumentParser) -> None:
                                    "whose database write failed")
     r.add_argument("folder", metavar="DIR", help="the gradebook")
     r.add_argument("--nbgrader", metavar="COURSE_DIR", required=True, help="the course")
+    add_view_args(sub)
 
 
 def cmd_gradebook(args: argparse.Namespace) -> int:
@@ -323,6 +325,9 @@ def cmd_gradebook(args: argparse.Namespace) -> int:
     3 where a row is not graded.  ``gradebook record``: a gradebook's rows into the course."""
     from . import gradebook
     from .classlist import printable
+    if args.action not in ("merge", "record"):
+        from .gradebook_views import cmd_view
+        return cmd_view(args)
     course = Course(args.nbgrader, None, None, None) if args.nbgrader else None
     if args.action == "record":
         rows = gradebook.existing_rows(gradebook.check_folder(args.folder, "DIR"))[1]
