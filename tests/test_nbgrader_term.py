@@ -370,3 +370,17 @@ def test_manual_points_add_up_in_the_database_and_the_gradebook(tmp_path):
     assert float(term.export(course)["ann"]["score"]) == row.score
     page = gradebook.feedback_page(row, set())
     assert "1.5 / 2" in page and f"{row.score:g} / {row.max_score:g} points" in page
+
+
+def test_one_submitted_notebook_is_its_students(term_course):
+    """A file of ``submitted/<student>/<assignment>/`` is the student's (never the assignment's folder name), and with
+    --nbgrader it is that course submission, with its timestamp, alone."""
+    from pipeline_kit.grading import classlist
+    course = term_course["course"]
+    nb = course / "submitted" / "bob" / "lab02" / f"{LAB2}.ipynb"
+    assert [s.student for s in classlist.from_arguments([str(nb)])] == ["bob"]
+    subs = classlist.from_nbgrader(str(course), None, None, [str(nb)])
+    assert [(s.student, s.assignment) for s in subs] == [("bob", "lab02")] and subs[0].timestamp
+    from pipeline_kit.argtypes import UsageError
+    with pytest.raises(UsageError, match="one of the course's submissions"):
+        classlist.from_nbgrader(str(course), None, None, [str(LABS / f"{LAB2}.ipynb")])
