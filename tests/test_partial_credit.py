@@ -86,3 +86,23 @@ def test_plural_counts_one_and_many():
     assert parts.plural(2, "true statement") == "2 true statements"
     assert parts.plural(1200, "message") == "1,200 messages"
     assert parts.plural(3, "microbatch", "microbatches") == "3 microbatches"
+
+
+def test_three_long_mistakes_are_each_shown_whole():
+    """Issue 36: a check with three failing properties of ~200 characters each shows all three in full (each is cut
+    on its own, past PART_FEEDBACK_LIMIT only), never one and a half."""
+    sentences = [f"mistake {i}: " + "the activation memory term is counted per microbatch in flight " * 3
+                 for i in range(3)]
+
+    def check_long():
+        p = parts.Parts()
+        for text in sentences:
+            with p.part():
+                fail(text)
+        p.done()
+
+    got = parts.run_test_cell("check_long()", {"check_long": check_long})
+    assert all(" ".join(s.split()).rstrip(".") in got.feedback for s in sentences), got.feedback
+    assert len(got.feedback) > parts.PART_FEEDBACK_LIMIT and "…" not in got.feedback
+    long = parts.run_test_cell("check_long()", {"check_long": lambda: fail("x" * 1000)})
+    assert len(long.feedback) == parts.PART_FEEDBACK_LIMIT and long.feedback.endswith("…")

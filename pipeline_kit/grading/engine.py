@@ -46,7 +46,9 @@ ATTEMPTS = 2  # a grade the machine failed is tried once more, in a fresh sandbo
 class MachineFailure(Exception):
     """Something the student's code did not cause ended this attempt: a kernel or sandbox that could not start for
     want of processes or memory, a given cell that failed before any of the student's code ran."""
-FEEDBACK_LIMIT = 1000  # up to three failing parts (parts.MAX_LISTED), each at most 300 characters
+# a check's feedback: up to three failing parts (parts.MAX_LISTED), each listing up to three failing properties of
+# at most parts.PART_FEEDBACK_LIMIT characters, and the answer cells that failed -- a cap that cuts no substance
+FEEDBACK_LIMIT = 4000
 
 
 def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout: float = DEFAULT_TIMEOUT,

@@ -22,8 +22,9 @@ import ast
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-MAX_LISTED = 3
-PART_FEEDBACK_LIMIT = 300
+MAX_LISTED = 3             # failing parts listed in full, then "and N more"
+PART_FEEDBACK_LIMIT = 300  # characters of one failing property's message (a sentence or two); a listing of several
+                           # is cut item by item, never as a whole, so each listed mistake keeps its substance
 
 
 class LabCheckFailed(AssertionError):
@@ -32,9 +33,10 @@ class LabCheckFailed(AssertionError):
 
     The engine's side of the contract with a course's checks: a check passes silently or raises this."""
 
-    def __init__(self, message: str = "", lost: float = 1.0):
+    def __init__(self, message: str = "", lost: float = 1.0, parts: list[str] | None = None):
         super().__init__(message)
         self.lost = float(lost)
+        self.parts = list(parts) if parts else None  # each failing property's own message (from :class:`Parts`)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -76,7 +78,7 @@ class Parts:
 
     def done(self) -> None:
         if self.failed:
-            raise LabCheckFailed(listing(self.failed), lost=len(self.failed) / self.total)
+            raise LabCheckFailed(listing(self.failed), lost=len(self.failed) / self.total, parts=self.failed)
 
 
 def fail_choices(missed: list[str], picked: list[str], right: int, wrong: int) -> None:
@@ -110,8 +112,15 @@ def check_name(statement: ast.stmt) -> str | None:
 
 
 def _message(exc: BaseException) -> str:
-    text = str(exc) if isinstance(exc, LabCheckFailed) else f"{type(exc).__name__}: {exc}"
-    text = " ".join(text.split())
+    """A failing part's feedback: each of its failing properties (the grader's own :class:`LabCheckFailed` from
+    :class:`Parts`) cut to :data:`PART_FEEDBACK_LIMIT` on its own and listed, so three mistakes show three."""
+    if type(exc) is LabCheckFailed and exc.parts:
+        return listing([_shortened(m) for m in exc.parts])
+    return _shortened(str(exc) if isinstance(exc, LabCheckFailed) else f"{type(exc).__name__}: {exc}")
+
+
+def _shortened(text: str) -> str:
+    text = " ".join(str(text).split())
     return text if len(text) <= PART_FEEDBACK_LIMIT else text[: PART_FEEDBACK_LIMIT - 1] + "…"
 
 
