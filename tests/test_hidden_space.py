@@ -165,7 +165,7 @@ def test_the_seed_is_in_the_json_report_only(json_report):
 def test_grade_me_shows_no_seed(json_report, monkeypatch):
     """``grade_me()``'s table and notes, what it displays and the report it keeps hold no seed (its grader is the
     one above: the ``--json`` report, as ``run_grader`` returns it)."""
-    shown = self_grade.SelfGrade(dict(json_report), "lab04.ipynb as saved at 10:00:00", 0, lambda name: True)
+    shown = self_grade.SelfGrade(dict(json_report), "lab04.ipynb as saved at 10:00:00", [], lambda name: True)
     assert str(SEED) not in repr(shown) and str(SEED) not in shown._repr_html_()
     assert "Hidden cases were drawn afresh for this self-grade" in repr(shown)
     pytest.importorskip("IPython")

@@ -218,11 +218,12 @@ def test_grade_me_grades_the_saved_file_and_changes_nothing(shell, tmp_path):
     assert graded.report["score"] == 0 and graded.report["max_score"] == 20
     assert len(graded.report["checks"]) == 13
     text = shown[-1]
-    assert text.startswith("self-grade: 0 / 20 points\nM042 · main question: 0 / 10 points\n")
+    assert text.startswith("WARNING: Not what you see: this grades the saved file, and what you ran in 2 cells ")
+    assert "\nself-grade: 0 / 20 points\nM042 · main question: 0 / 10 points\n" in text
     assert "M042 · follow-up: 0 / 5 points" in text and "M043 · follow-up: 0 / 5 points" in text
     assert "m042_follow_formula — 0 / 1 point (hidden cases too)" in text
     assert f"Graded {LAB2.name} as saved at" in text
-    assert "This kernel ran 2 cells whose code is not in the saved file" in text
+    assert "Save (Ctrl+S), then run grade_me() again." in text
     html = graded._repr_html_()
     assert html.count('<tr class="pk-check">') == 13 and html.count('<tr class="pk-group">') == 3
     assert (path.read_bytes(), path.stat().st_mtime_ns, sorted(tmp_path.iterdir())) == before
@@ -273,7 +274,7 @@ def test_a_manual_cell_shows_as_graded_by_the_instructor_never_a_cross():
     for answered in (True, False):
         report = {"lab": "lab10_planning", "score": 2, "max_score": 4, "checks": checks,
                   "manual": [{"name": "plan_follow_sentence", "max_points": 2, "answered": answered}]}
-        shown = self_grade.SelfGrade(report, "lab10_planning.ipynb as saved", 0, lambda name: False)
+        shown = self_grade.SelfGrade(report, "lab10_planning.ipynb as saved", [], lambda name: False)
         text, html = repr(shown), shown._repr_html_()
         state = "answered" if answered else "not answered yet"
         assert text.startswith("self-grade: 2 / 4 points\nplanning a pipeline (beyond the bank) · follow-up: "
@@ -289,3 +290,17 @@ def test_a_manual_cell_shows_as_graded_by_the_instructor_never_a_cross():
     assert "1.5 / 2" in html and "2 / 4 points + 1.5 / 2 graded by your instructor" in html
     assert "  ✎ plan_follow_sentence — 1.5 / 2 points, graded by your instructor" in rubric_table.table_text(
         scored, lambda name: False)
+
+
+def test_unsaved_cells_are_named_by_what_the_student_sees():
+    """With the cell ids JupyterLab sends, each cell whose last run differs from the saved file is named: an answer
+    by its grade_id, another by its place, a cell the file lacks as new; a cell run as saved is not."""
+    nb = {"cells": [{"cell_type": "markdown", "id": "m", "source": "# lab"},
+                    {"cell_type": "code", "id": "a", "source": "x = 1", "metadata": {"nbgrader": {"grade_id": "peak"}}},
+                    {"cell_type": "code", "id": "b", "source": "y = 2", "metadata": {}},
+                    {"cell_type": "code", "id": "c", "source": "z = 3", "metadata": {}}]}
+    ran = {"a": "x = 2", "b": "y = 2\n", "c": "z = 4  # tried", "new": "print('hello')"}
+    assert self_grade.unsaved_cells(nb, [], ran) == ["'peak'", "cell 4 (z = 4  # tried)", "a new cell (print('hello'))"]
+    assert self_grade.unsaved_cells(nb, [], {"b": "y = 2"}) == []
+    shown = self_grade.SelfGrade({"score": 0, "max_score": 1, "checks": []}, "x.ipynb", ["'peak'"], lambda n: False)
+    assert "pk-unsaved" in shown._repr_html_() and "'peak'" in shown.warning

@@ -24,6 +24,17 @@ NAME = "lab02_timelines.ipynb"
 WRONG = {"one_f_one_b_grid": "one_f_one_b_grid = gpipe_grid  # the GPipe drawing again: a typical mix-up"}
 
 
+_EDIT = """
+const [i, source, done] = arguments;
+(async () => {
+  const app = window.jupyterapp;
+  if (app.commands.isToggled('docmanager:toggle-autosave')) await app.commands.execute('docmanager:toggle-autosave');
+  app.shell.currentWidget.content.widgets[i].model.sharedModel.setSource(source);
+  return true;
+})().then(done, e => done('ERROR ' + e));
+"""
+
+
 def _student_notebook(path: Path) -> dict[str, int]:
     """labs/lab02 with every answer cell written as the model answer, but for a wrong 1F1B drawing; returns
     grade_id -> cell index."""
@@ -85,6 +96,15 @@ def test_check_cells_show_their_verdicts_and_the_last_cell_the_whole_grade(lab, 
     screenshot = _shot(lab, lab.outputs(cross)[0], "tutor-verdicts.png", tmp_path)
     assert screenshot.stat().st_size > 10_000
 
+    # the student fixes the 1F1B drawing on screen and runs it (✓), but does not save: the grade of the saved file
+    # says so at its top, naming the cell (autosave off, so the file stays as it was)
+    answer = index["one_f_one_b_grid"]
+    solved = next(c.source for c in nbformat.read(ROOT / "solutions" / NAME, as_version=4).cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == "one_f_one_b_grid")
+    assert lab.driver.execute_async_script(_EDIT, answer, solved.replace("### ", "# ")) is True
+    lab.run([answer, cross])
+    lab.wait(lambda: "✓" in _text(lab, cross), 60, "the ✓ verdict after the fix", cell=cross)
+
     # the whole grade, from the last cell: run on the saved file, shown as a table grouped by question
     last = index["self_grade"]
     lab.run([last])
@@ -94,6 +114,8 @@ def test_check_cells_show_their_verdicts_and_the_last_cell_the_whole_grade(lab, 
     assert "M042 · main question" in text and "M042 · follow-up" in text and "M043 · follow-up" in text
     assert "one_f_one_b_grid runs the GPipe order" in text
     assert f"Graded {NAME} as saved at" in text and "not saved are not included" in text
+    warning = table.find_element("css selector", ".pk-unsaved").text
+    assert "Not what you see" in warning and "'one_f_one_b_grid'" in warning and "Save (Ctrl+S)" in warning
     _shot(lab, table, "tutor-self-grade.png", tmp_path)
 
     # the same points as the instructor's command, check for check: the self-grade names no seed (the hidden cases'

@@ -55,10 +55,31 @@ def check_seed(seed) -> None:
                          f"{type(seed).__name__} {seed!r:.80}")
 
 
-def unsaved_cells(nb: dict, ran: list[str]) -> int:
-    """How many cells this kernel ran whose code the saved file does not hold (edited, new or deleted since)."""
-    saved = {normalized(c.get("source", "")) for c in nb["cells"] if c.get("cell_type") == "code"}
-    return sum(1 for src in ran if src.strip() and normalized(src) not in saved)
+def unsaved_cells(nb: dict, ran: list[str], by_id: dict[str, str] | None = None) -> list[str]:
+    """The cells this kernel ran that differ from the saved file, named as the student knows them: an answer or
+    test cell by its ``grade_id``, another by its place (``cell 7``), a cell the file lacks as a new one.  Where the
+    frontend sent cell ids (JupyterLab, Notebook 7) a cell is compared with what was last run in it; elsewhere,
+    with the kernel's history (only how many then)."""
+    code = [(i, c) for i, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"]
+    if by_id:
+        saved = {c.get("id"): (i, c) for i, c in code if c.get("id")}
+        out = []
+        for cid, src in by_id.items():
+            if cid not in saved:
+                out.append(f"a new cell ({_first_line(src)})")
+            elif normalized(src) != normalized(saved[cid][1].get("source", "")):
+                i, cell = saved[cid]
+                gid = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+                out.append(f"'{gid}'" if gid else f"cell {i + 1} ({_first_line(src)})")
+        return out
+    sources = {normalized(c.get("source", "")) for _, c in code}
+    n = sum(1 for src in ran if src.strip() and normalized(src) not in sources)
+    return [f"{n} cell{'s' if n != 1 else ''} (edited, added or deleted since the save)"] if n else []
+
+
+def _first_line(src: str) -> str:
+    line = next((ln.strip() for ln in src.splitlines() if ln.strip()), "empty")
+    return line if len(line) <= 40 else line[:39] + "…"
 
 
 def describe_version(path: Path) -> str:
@@ -109,16 +130,12 @@ class SelfGrade:
     """The report, shown as an HTML table (text in a terminal); ``hidden(name)`` says whether a check adds hidden
     cases.  A hidden check shows its points and feedback, never its cases (the grader's feedback names none)."""
 
-    def __init__(self, report: dict, version: str, unsaved: int, hidden):
+    def __init__(self, report: dict, version: str, unsaved: list[str], hidden):
         self.report, self.version, self.unsaved, self.hidden = report, version, unsaved, hidden
 
     def _notes(self) -> list[str]:
         notes = [f"Graded {self.version} by the sandboxed grader (python -m pipeline_kit grade); changes you have "
                  f"not saved are not included, so save (Ctrl+S) before you grade."]
-        if self.unsaved:
-            notes.append(f"This kernel ran {self.unsaved} cell{'s' if self.unsaved != 1 else ''} whose code is not "
-                         f"in the saved file (edited, added or deleted since the save): the grade did not see "
-                         f"{'them' if self.unsaved != 1 else 'it'}.")
         notes.append("Hidden cases were drawn afresh for this self-grade; each grade draws new ones, and the same "
                      "answers earn the same points whichever are drawn.")
         manual = self.report.get("manual") or []
@@ -131,15 +148,26 @@ class SelfGrade:
             notes.append(f"The sandbox was OFF ({self.report['sandbox'].get('why')}).")
         return notes
 
+    @property
+    def warning(self) -> str:
+        """What the student must know before reading the table: cells on their screen that the grade did not see."""
+        if not self.unsaved:
+            return ""
+        return (f"Not what you see: this grades the saved file, and what you ran in {', '.join(self.unsaved)} is not "
+                "in it (edited and not saved, or added since). Save (Ctrl+S), then run grade_me() again.")
+
     def __repr__(self) -> str:
         r = self.report
-        lines = [f"self-grade: {r['score']:g} / {r['max_score']:g} points", *table_text(r, self.hidden)]
+        lines = ([f"WARNING: {self.warning}"] if self.warning else []) + [
+            f"self-grade: {r['score']:g} / {r['max_score']:g} points", *table_text(r, self.hidden)]
         return "\n".join(lines + [f"({n})" for n in self._notes()])
 
     def _repr_html_(self) -> str:
         r = self.report
         notes = "".join(f'<p style="color:#5f6368;margin:2px 0">{escape(n)}</p>' for n in self._notes())
-        return (f'<div class="pk-self-grade"><h4 style="margin:4px 0">Self-grade: {r["score"]:g} / '
+        warn = (f'<p class="pk-unsaved" style="background:#fef7e0;border-left:4px solid #f9ab00;padding:6px 10px;'
+                f'margin:4px 0;font-weight:600">⚠ {escape(self.warning)}</p>' if self.warning else "")
+        return (f'<div class="pk-self-grade">{warn}<h4 style="margin:4px 0">Self-grade: {r["score"]:g} / '
                 f'{r["max_score"]:g} points</h4>{table_html(r, self.hidden)}{notes}</div>')
 
 
@@ -156,7 +184,7 @@ def no_file_bundle() -> dict:
     return _bundle(NO_FILE, f'<p class="pk-self-grade-none" style="color:#5f6368">{escape(NO_FILE)}</p>')
 
 
-def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str]):
+def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str], by_id: dict[str, str] | None = None):
     """The body of :func:`.tutor.grade_me`; returns the shown :class:`SelfGrade`, or None when nothing was graded."""
     from IPython.display import display
 
@@ -175,7 +203,7 @@ def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str]):
         display(_bundle(str(exc), f"<p>{escape(str(exc))}</p>"), raw=True)
         return None
     version = describe_version(path)
-    unsaved = unsaved_cells(nb, ran)
+    unsaved = unsaved_cells(nb, ran, by_id)
     start = f"Grading {version} in a sandbox…"
     handle = display(_bundle(start, f"<p>{escape(start)}</p>"), raw=True, display_id=True)
 

@@ -175,11 +175,28 @@ def grade_me(notebook: str | None = None, seed: int | None = None) -> None:
     user_ns = shell.user_ns if shell is not None else {}
     ran = list(shell.history_manager.input_hist_raw[1:-1]) if shell is not None else []  # not this cell itself
     hidden = {(c.lab, c.grade_id): bool(c.hidden) for c in check_cells().values() if c is not None}
+    by_id = {cid: src for cid, src in RAN_BY_ID.items() if cid != _current_cell_id(shell)}
     last_self_grade = self_grade.grade_saved(notebook, seed, lambda lab, gid: hidden.get((lab, gid), False),
-                                             user_ns, ran)
+                                             user_ns, ran, by_id)
 
 
 last_self_grade = None
+# what this kernel last ran in each cell, by the cell's id (JupyterLab and Notebook 7 send it with each run): how
+# grade_me() tells which cells on the student's screen differ from the saved file it grades
+RAN_BY_ID: dict[str, str] = {}
+
+
+def _remember(info) -> None:
+    cell_id = getattr(info, "cell_id", None)
+    if isinstance(cell_id, str) and cell_id and isinstance(info.raw_cell, str):
+        RAN_BY_ID[cell_id] = info.raw_cell
+
+
+def _current_cell_id(shell) -> str | None:
+    try:
+        return shell.kernel.get_parent("shell")["metadata"].get("cellId")
+    except Exception:  # noqa: BLE001 -- no kernel (a plain IPython), or one that sends no cell id
+        return None
 
 
 # -- the hook ----------------------------------------------------------------------------------------------------
@@ -207,6 +224,9 @@ def register(shell=None) -> bool:
         return False
     if _transform not in transformers:
         transformers.append(_transform)
+    events = getattr(shell, "events", None)
+    if events is not None and _remember not in events.callbacks.get("pre_run_cell", []):
+        events.register("pre_run_cell", _remember)
     return True
 
 
