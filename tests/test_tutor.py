@@ -7,6 +7,7 @@ checks of which one fails shows the points the grade gives it."""
 
 import json
 import re
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def _answer(grade_id: str) -> str:
 
 
 LAB = _cells(LAB2)
+LAB1 = _cells(ROOT / "labs" / "lab01_schedule_selection.ipynb")
 WRONG_1F1B = "one_f_one_b_grid = gpipe_grid  # the GPipe drawing, a typical mix-up"
 
 
@@ -304,3 +306,28 @@ def test_unsaved_cells_are_named_by_what_the_student_sees():
     assert self_grade.unsaved_cells(nb, [], {"b": "y = 2"}) == []
     shown = self_grade.SelfGrade({"score": 0, "max_score": 1, "checks": []}, "x.ipynb", ["'peak'"], lambda n: False)
     assert "pk-unsaved" in shown._repr_html_() and "'peak'" in shown.warning
+
+
+def test_a_hung_answer_ends_its_check_cell_with_a_verdict(shell, monkeypatch):
+    """Issue 36: an infinite loop in lab 1's answer does not hang the visible check cell: it ends at the limit (the
+    grade's own, shortened here) with a ✗ naming the limit and the student's running line, and no kit frame."""
+    monkeypatch.setattr(tutor, "LIMIT_S", 1.0)
+    run(shell, "from pipeline_kit.course.labs import lab01")
+    run(shell, "def choose_schedule(pp, vpp=None):\n    while True:\n        pp += 1")
+    start = time.monotonic()
+    result, stdout, _ = run(shell, LAB1["m041_main_selection"])
+    assert time.monotonic() - start < 10 and not result.success
+    assert "✗ m041_main_selection — 0 / " in stdout
+    flat = " ".join(stdout.split())
+    assert "your code did not finish in 1 s" in flat and "of your code (in choose_schedule), `" in flat
+    assert "pipeline_kit/" not in stdout and "Traceback" not in stdout
+
+
+def test_an_interrupted_check_cell_shows_a_verdict(shell):
+    """The stop button (KeyboardInterrupt) during a check: a ✗ verdict saying so, never the kit's frames."""
+    run(shell, "from pipeline_kit.course.labs import lab01")
+    run(shell, "def choose_schedule(pp, vpp=None):\n    raise KeyboardInterrupt")
+    result, stdout, _ = run(shell, LAB1["m041_main_selection"])
+    assert not result.success and "✗ m041_main_selection" in stdout
+    assert "interrupted before the check finished" in stdout
+    assert "pipeline_kit/" not in stdout and "Traceback" not in stdout

@@ -16,13 +16,16 @@ your instructor" (``verdict.manual_headline``), never as a ✗.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from html import escape
 
 from . import names, parts, self_grade, verdict
-from .notebook import GradeError, cell_kind, nbgrader_meta, read_notebook, source_dir
+from .notebook import DEFAULT_TIMEOUT, GradeError, cell_kind, nbgrader_meta, read_notebook, source_dir
 from .report import Report
 
 __all__ = ["CheckFailed", "grade_me", "register", "run_check_cell", "run_checks"]
@@ -36,6 +39,10 @@ class CheckCell:
     grade_id: str
     points: float
     hidden: bool | None  # whether the grade adds hidden cases (None: the canonical notebook is not readable here)
+    timeout: float = DEFAULT_TIMEOUT  # the grade's limit for the cell, and for one call of the student's code
+
+
+LIMIT_S: float | None = None  # a limit for every check cell instead of each cell's own (tests use a short one)
 
 
 def _key(source: str) -> str:
@@ -64,8 +71,10 @@ def check_cells() -> dict[str, CheckCell | None]:
                 if canonical:
                     hidden[(path.stem, gid)] = names.visible_part(source) != source
                 points = meta.get("points", 0)
+                limit = (cell.get("metadata", {}).get("pipeline_kit") or {}).get("timeout", DEFAULT_TIMEOUT)
                 cell_info = CheckCell(path.stem, gid, float(points) if isinstance(points, (int, float)) else 0.0,
-                                      hidden.get((path.stem, gid)))
+                                      hidden.get((path.stem, gid)),
+                                      float(limit) if isinstance(limit, (int, float)) else DEFAULT_TIMEOUT)
                 key = _key(source)
                 if key in found and found[key] is not None and found[key].grade_id != gid:
                     found[key] = None  # the same text grades two things: show nothing rather than a guess
@@ -108,6 +117,60 @@ class CheckFailed(AssertionError):
         return verdict.failure_lines(self.title, self.messages, self.errors, f"{self.note} · {verdict.FULL_TRACEBACK}")
 
 
+class _OutOfTime(BaseException):
+    """The check cell ran past its limit (raised by the alarm; a ``BaseException``, so no check can swallow it)."""
+
+
+@contextmanager
+def _time_limit(seconds: float):
+    """Interrupt the block after ``seconds`` (``SIGALRM``; where there is none, or off the main thread, no limit:
+    the kernel's stop button still works)."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def alarm(signum, frame):
+        raise _OutOfTime()
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+class Stopped(CheckFailed):
+    """A check cell stopped before its end, by its time limit or by the student (the stop button): a ✗ verdict
+    that says which, and the line of the student's code that was running -- never the kit's frames."""
+
+    def __init__(self, cell: CheckCell, exc: BaseException, limit: float, note: str):
+        where = _running_line(exc)
+        why = (f"your code did not finish in {limit:g} s (the grade's limit for this cell)"
+               if isinstance(exc, _OutOfTime) else "interrupted before the check finished")
+        outcome = parts.CellOutcome(0.0, f"{why}{where}")
+        super().__init__(cell, 0.0, outcome, note)
+        self.errors = []
+
+
+def _running_line(exc: BaseException) -> str:
+    """``: it was running line 3 of your code, `while True: pass``` -- the innermost frame of the student's own
+    code in ``exc``'s traceback, or nothing where none was running (the kit's own work was)."""
+    import linecache
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if verdict.is_students(tb.tb_frame.f_code.co_filename):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code = found.tb_frame.f_code
+    text = linecache.getline(code.co_filename, found.tb_lineno).strip()
+    shown = f", `{text[:80]}`" if text else ""
+    return f": it was running line {found.tb_lineno} of your code (in {code.co_name}){shown}"
+
+
 def _readable(text: str, exc: BaseException) -> str:
     """A part's feedback; a name the cell needs that is not defined yet says which cell to run."""
     if type(exc) is NameError and getattr(exc, "name", None):
@@ -136,7 +199,12 @@ def run_check_cell(grade_id: str, source: str, namespace: dict | None = None) ->
         raise ValueError(f"not a check cell of a lab: {grade_id!r}")
     if namespace is None:
         namespace = _shell().user_ns
-    outcome = parts.run_test_cell(source, namespace, f"<check {grade_id}>")
+    limit = LIMIT_S or cell.timeout
+    try:
+        with _time_limit(limit):
+            outcome = parts.run_test_cell(source, namespace, f"<check {grade_id}>")
+    except (_OutOfTime, KeyboardInterrupt) as exc:
+        raise Stopped(cell, exc, limit, _note(cell, source)) from None
     earned, note = cell.points * outcome.earned, _note(cell, source)
     if outcome.earned < 1.0:
         first = outcome.failures[0][2] if outcome.failures else None
