@@ -303,7 +303,8 @@ def slice_rows(folder: str, data: dict) -> tuple[dict, list[Row]]:
             raise InputError(f"{where}: field 'shard': slice {top['shard']['index']} of {top['shard']['of']}")
         return top, [_row(d, f"{where}: field 'rows'[{i}]") for i, d in enumerate(top["rows"])]
     except (InputError, LimitError) as exc:
-        raise UsageError(f"{exc} (a slice is a gradebook this command wrote, unchanged)") from None
+        raise UsageError(f"{exc} (a gradebook is read as this command wrote it: restore the file, or give another "
+                         "folder; nothing was changed)") from None
 
 
 def _row(d: dict, where: str) -> Row:
