@@ -8,8 +8,16 @@ namespace, as a student's notebook runs (given and answer cells with ``exec``, m
 with the grader's own :func:`pipeline_kit.grading.parts.run_test_cell` -- the same partial credit and feedback as
 a grade -- once per seed (``remote.seeded``).  Test cells that read none of the names a wrong answer rebinds are
 not run for it (their verdict is the model answer's, which is checked under every seed on its own); their imports
-are.  The catalogue's ``REVEALS`` lists, per test cell, text that gives its answer away: no other cell's feedback
-may contain it.
+are.
+
+Feedback teaches without handing over an answer (issue 36).  The catalogue's ``REVEALS`` lists, per test cell, text
+(a str, or a compiled regex) that gives its answer away -- a formula, a value, the answer named in words: no other
+cell's feedback may contain it, nor its own once the case and the student's own values are left out.  And no
+feedback states the expected value of a case it names (:func:`expected_values`, :func:`states_value`): the model
+answer's value of each ``f(args)`` or ``value[key]`` the feedback writes, or, where the check reads something else
+from the answer (a warmup is the length of the phases' first list), what the check module's own function gives --
+the catalogue's optional ``EXPECTED`` = {test cell: {answer name: function}}; nor the phrases of
+:data:`STATES_ANSWER` ("expected 7", "the simulator gives 3/11"), for the cases no expression names (a trace).
 """
 
 from __future__ import annotations
@@ -18,7 +26,11 @@ import ast
 import contextlib
 import functools
 import io
+import math
+import numbers
+import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import nbformat
 from lab_grading import SOLUTIONS, replayed_torchrun
@@ -154,3 +166,248 @@ def outcomes(lab: str, wrong: Wrong | None = None, seeds=SEEDS) -> dict[str, dic
 def max_points(lab: str) -> dict[str, float]:
     return {c.gid: c.points for c in lab_cells(lab) if c.kind == "test"}
 
+
+# -- what feedback must not say: another check's answer, its own, or the expected value of its case -------------
+
+# What no feedback says, whatever it checks: a value it expects ("expected 7", "the simulator gives 3/11", "is
+# 0.5281 rounded") -- where the case is one :func:`expected_values` cannot evaluate (a trace, a drawn model), too.
+STATES_ANSWER = [
+    re.compile(r"\bexpected:? (?:\([\w, ]+\) = )?-?[\d\[({'\"]"),
+    re.compile(r"\b(?:simulator|simulation|kit|message plan|run) (?:gives|counts|measured|says) (?:exactly )?"
+               r"-?[\d\[({'\"]"),
+    re.compile(r"\bis -?\d[\d.,]* rounded\b"),
+]
+
+
+def revealed(feedback: str, texts) -> list[str]:
+    """The ``REVEALS`` texts (a str, found as it is, or a compiled regex) that ``feedback`` contains."""
+    out = []
+    for text in texts:
+        if isinstance(text, re.Pattern):
+            out += [m.group(0) for m in text.finditer(feedback)]
+        elif text in feedback:
+            out.append(text)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _answer_names(lab: str) -> frozenset[str]:
+    """The names answer cells bind that a test cell reads (what the checks are given)."""
+    cells = lab_cells(lab)
+    read = set().union(*(names.used_names(names.parse(c.source) or ast.Module(body=[], type_ignores=[]))
+                         for c in cells if c.kind == "test"))
+    return frozenset(n for c in cells if c.kind == "answer" for n in _bound(c.source) if n in read)
+
+
+def _model_namespace(lab: str) -> dict:
+    """The model answer's namespace at the end of the notebook (before its last cell, a test cell)."""
+    return _model_run(lab)[1][-1]
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _group_end(text: str, i: int) -> int | None:
+    """The end of the bracketed group (or quoted string) that starts at ``text[i]``; None if it does not close."""
+    if text[i] in "'\"":
+        j = text.find(text[i], i + 1)
+        return None if j < 0 else j + 1
+    depth, j, quote = 0, i, None
+    while j < len(text):
+        ch = text[j]
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"" and depth:
+            quote = ch
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return None
+
+
+def _expr_end(text: str, i: int, call: bool = True) -> int:
+    """Where the expression that starts with a name ending at ``i`` ends: a call's parentheses, then subscripts."""
+    if call and i < len(text) and text[i] == "(":
+        end = _group_end(text, i)
+        if end is None:
+            return i
+        i = end
+    while i < len(text) and text[i] == "[":
+        end = _group_end(text, i)
+        if end is None:
+            break
+        i = end
+    return i
+
+
+_STATED = re.compile(r"\s*(?:=|is|returned|gives|has (?:shape|dtype))\s+(?:the string |an? (?:\w+ )?)?")
+_GOT = re.compile(r"\bgot\b(?: (?:a |an )?(?:int|float|str|bool|list|tuple|dict|set|NoneType)\b)?")
+
+
+def _value_end(text: str, i: int) -> int:
+    """The end of the value written at ``text[i]``: a bracketed group, a quoted string or one word."""
+    if i < len(text) and text[i] in _OPEN + "'\"":
+        end = _group_end(text, i)
+        if end is not None:
+            return end
+    m = re.compile(r"[^\s,;:()]+").match(text, i)
+    return i if m is None else m.end() - (1 if m.group(0).endswith(".") else 0)
+
+
+_NONE = object()
+
+
+def _evaluate(expr: str, ns: dict, call: bool):
+    """The model answer's value of ``expr`` (as the feedback wrote it), or ``_NONE`` when it cannot be evaluated."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return _NONE
+    if call != any(isinstance(n, ast.Call) for n in ast.walk(tree)):
+        return _NONE
+    try:
+        with replayed_torchrun(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            return eval(compile(tree, "<feedback>", "eval"), dict(ns))  # noqa: S307 -- the kit's own model answer
+    except Exception:  # noqa: BLE001 -- an expression the feedback abbreviates ("...", "<cfg ...>"): not checked
+        return _NONE
+
+
+def _arguments(text: str) -> set:
+    """The numbers a case's arguments write, ``(4, 2, 0)`` or ``(pp=4, M=2)``."""
+    return {value for _, value in _numbers(re.sub(r"\w+=", " ", text.replace("(", " ").replace(")", " ")))}
+
+
+def expected_values(lab: str, feedback: str, overrides: dict | None = None) -> tuple[list, str]:
+    """The expected values of the cases ``feedback`` names, each with the numbers its arguments write (``(want,
+    inputs)``), and the feedback with those cases (and the student's own value stated after each, or after "got",
+    and any ``<description>`` of an input) blanked out.
+
+    A case is an expression the feedback writes with an answer's name: ``f(4, 8, 0)``, ``value['key']``.  Its
+    expected value is the model answer's -- the solution notebook run top to bottom -- or, for a name in
+    ``overrides``, what the check module's own function (``overrides[name]``) gives for the same arguments.
+    """
+    overrides = overrides or {}
+    ns = _model_namespace(lab)
+    names = sorted((_answer_names(lab) & ns.keys()) | overrides.keys(), key=len, reverse=True)
+    spans, wants = [], []
+    for name in names:
+        for m in re.finditer(rf"(?<![\w.'\"]){re.escape(name)}\b", feedback):
+            if any(a <= m.start() < b for a, b in spans):
+                continue
+            target = overrides.get(name, ns.get(name))
+            call = callable(target)
+            end = _expr_end(feedback, m.end(), call)
+            if end == m.end() and call:
+                continue
+            want = _evaluate(feedback[m.start():end], {**ns, name: target}, call)
+            if want is not _NONE:
+                wants.append((want, _arguments(feedback[m.end():end])))
+            stated = _STATED.match(feedback, end)
+            spans.append((m.start(), _value_end(feedback, stated.end()) if stated else end))
+    for m in _GOT.finditer(feedback):
+        spans.append((m.start(), _value_end(feedback, m.end() + 1) if m.end() < len(feedback) else m.end()))
+    spans += [(m.start(), m.end()) for m in re.finditer(r"<[^<>]*>", feedback)]
+    text = list(feedback)
+    for a, b in spans:
+        text[a:b] = " " * (b - a)
+    return wants, "".join(text)
+
+
+_NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?(?![\w/]|\.\d)")
+_FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/]|\.\d)")
+_OPERATOR_BEFORE = re.compile(r"(?:[+*/^]|(?<!-)-|\bx)\s*$")  # (an operand, not a value: "pp - 1"; "--" is a dash)
+_OPERATOR_AFTER = re.compile(r"\s*(?:[+*/^]|-(?!-)|x\b)")
+
+
+def _numbers(text: str):
+    """The numbers ``text`` states (not the operands of a formula such as ``pp - 1``): (written form, value)."""
+    for m in _FRACTION.finditer(text):
+        if int(m.group(2)):
+            yield m.group(0), Fraction(int(m.group(1)), int(m.group(2)))
+    text = _FRACTION.sub(lambda m: " " * len(m.group(0)), text)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", lambda m: " " * len(m.group(0)), text)
+    for m in _NUMBER.finditer(text):
+        if _OPERATOR_BEFORE.search(text, 0, m.start()) or _OPERATOR_AFTER.match(text, m.end()) \
+                or text[m.end():m.end() + 1] == "%":
+            continue
+        yield m.group(0), float(m.group(0).replace(",", ""))
+
+
+def _states_number(text: str, want) -> list[str]:
+    want = float(want)
+    found = []
+    for written, value in _numbers(text):
+        if isinstance(value, Fraction):
+            if math.isclose(float(value), want, rel_tol=1e-9):
+                found.append(written)
+            continue
+        digits = written.split("e")[0]
+        d = len(digits.split(".")[1]) if "." in digits else 0
+        if want == int(want) and abs(want) < 1e15:
+            if value == want:
+                found.append(written)
+        elif d >= 2 and len(digits.replace(",", "").replace(".", "").lstrip("0")) >= 2 \
+                and abs(value - want) <= 0.5 * 10 ** -d * (1 + 1e-9):
+            found.append(written)
+    return found
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, numbers.Real) and isinstance(b, numbers.Real):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def _literals(text: str):
+    for i, ch in enumerate(text):
+        if ch in _OPEN:
+            end = _group_end(text, i)
+            if end is not None:
+                with contextlib.suppress(ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                    yield text[i:end], ast.literal_eval(text[i:end])
+
+
+def _plain(value):
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    return value
+
+
+def states_value(text: str, want, inputs=frozenset()) -> list[str]:
+    """Where ``text`` (the feedback with its cases blanked out) writes ``want``: a number as a number (unless it is
+    one of the case's ``inputs``: it cannot be told from them), a string quoted, a bool as True/False, a list or
+    dict as a literal (or a list of op strings as ``F0 F1 F2``); a list's, tuple's or dict's items that are lists
+    too, the same way."""
+    want = _plain(want)
+    if isinstance(want, bool):
+        bare = re.sub(r"True or False|True/False|False or True", "", text)
+        return re.findall(rf"\b{want}\b", bare)
+    if isinstance(want, numbers.Real):
+        if want in inputs or not math.isfinite(float(want)):
+            return []
+        return _states_number(text, want)
+    if isinstance(want, str):
+        return [q for q in (f"'{want}'", f'"{want}"') if q in text]
+    if not isinstance(want, (list, tuple, dict)):
+        return []
+    items = list(want.values()) if isinstance(want, dict) else list(want)
+    found = [written for written, value in _literals(text) if _same(value, want)]
+    if items and all(isinstance(v, str) and re.fullmatch(r"[FBIW]\d+(?:c\d+)?", v) for v in items) and len(items) > 1:
+        found += re.findall(rf"(?<!\w){re.escape(' '.join(items))}(?!\w)", text)
+    for item in items:
+        if isinstance(_plain(item), (list, tuple, dict)):
+            found += states_value(text, item, inputs)
+    return found

@@ -166,7 +166,7 @@ def test_forged_values_and_a_kernel_that_attacks_the_grader(tmp_path):
     failed = {c["name"]: c["feedback"] for c in out["checks"] if c["points"] < c["max_points"]}
     assert set(failed) == {"m041_main_selection", "m041_main_differences", "m041_main_source", "m041_follow_no_p2p"}
     assert "returned 'anything'" in failed["m041_main_selection"]
-    assert "'bubble'] is 0.5, but the simulation gives" in failed["m041_main_differences"]
+    assert "'bubble'] is 0.5, not what its simulation gives" in failed["m041_main_differences"]
     assert "megatron_function['no-pipelining'] is 'anything'" in failed["m041_main_source"]
     assert "p2p_messages_pp1 is 7" in failed["m041_follow_no_p2p"]
     # the patched SimResult forges only the bubble: that third of the differences check is lost, the measurements

@@ -59,7 +59,8 @@ def test_readings():
     fails(lab02.check_bubble, {"gpipe": [6] * 4, "1f1b": [6] * 4}, {"gpipe": 0.375, "1f1b": 0.375},
           match="the Megatron paper's bubble ratio")
     fails(lab02.check_f0, [0, 1, 2, 3], match="counts slots from 0")
-    fails(lab02.check_earliest_backward, {"op": "B0", "rank": 0, "slot": 5}, match="only the last stage")
+    fails(lab02.check_earliest_backward, {"op": "B0", "rank": 0, "slot": 5},
+          match="starts from the loss -- which stage computes it")
     fails(lab02.check_earliest_backward, {"op": "B0", "rank": 3, "slot": 4}, match="one slot early")
     fails(lab02.check_rank0, 4, 8, match="the first of the steady state")
     fails(lab02.check_rank0, 3, 5, match="needs the gradient from rank 1's B0")
@@ -103,7 +104,7 @@ def test_typical_wrong_answers(tmp_path):
     assert_partial(report, {"m042_main_gpipe_order": "gpipe_grid runs the 1F1B order",
                             "m043_follow_dependencies": "rank 2, slot 5: B0 is too early",
                             "m042_main_activations": "does not keep only the current microbatch",
-                            "m043_follow_earliest_b0": "only the last stage computes",
+                            "m043_follow_earliest_b0": "backward starts from the loss -- which stage computes it",
                             "m043_follow_stage0_warmup": "the first of the steady state"})
 
 

@@ -83,7 +83,7 @@ def test_slowest_by_raw_durations_names_the_wait():
 def test_root_causes():
     for seed in range(20):  # any grade's hidden scenarios are built so that their numbers show the cause
         lab07.check_root_causes(lab07.expected_cause, lab07.hidden_cause_cases(random.Random(seed)))
-    with pytest.raises(LabCheckFailed, match="activation recomputation"):
+    with pytest.raises(LabCheckFailed, match="a static compute cause grows a stage.s forward and backward together"):
         lab07.check_root_causes(lambda s: ("compute", 1), ["A"])
     with pytest.raises(LabCheckFailed, match="an index into hop_ms"):
         lab07.check_root_causes(lambda s: ("communication", 3), ["B"])
@@ -153,7 +153,7 @@ def test_follow_up_a_checks():
     def faster_is_better(before, after):
         return "better" if after["makespan"] < before["makespan"] else "not better"
 
-    with pytest.raises(LabCheckFailed, match="'not comparable'"):
+    with pytest.raises(LabCheckFailed, match="do not compare step for step"):
         lab07.check_verdict(faster_is_better, lab07.verdict_pairs()[3:])
     with pytest.raises(LabCheckFailed, match="within the 2% run-to-run noise"):
         lab07.check_verdict(lambda b, a: "not comparable" if b["microbatches"] != a["microbatches"]
@@ -169,10 +169,10 @@ def test_layout_semantics_and_legality():
 
     with pytest.raises(LabCheckFailed, match="round-robin"):
         lab07.check_where_is_layer(blocked, lab07.hidden_where_cases(random.Random(0)))
-    with pytest.raises(LabCheckFailed, match="expected 3 stages"):
+    with pytest.raises(LabCheckFailed, match=r"4 stages with \[2, 3, 3, 0\] decoder layers; a layout of counts"):
         lab07.check_layout_string(lambda c: "Et*2|t*3|t*3|L", [[2, 3, 3]])
     lab07.check_legality(lab07.rule_of, lab07.LEGAL_CASES + lab07.hidden_legal_cases(random.Random(0)))
-    with pytest.raises(LabCheckFailed, match="expected 'stages'"):
+    with pytest.raises(LabCheckFailed, match="is None, not the rule the layout breaks -- parse_layout says: .*divide"):
         lab07.check_legality(lambda t, pp, n: None if lab07.rule_of(t, pp, n) == "stages" else lab07.rule_of(t, pp, n),
                              lab07.LEGAL_CASES)
 
@@ -224,7 +224,7 @@ def test_m054_checks():
     f = lab07.bank_factors()
     right = {"imbalance": f["stage imbalance"].factor, "p2p": f["P2P"].factor, "remainder": f["remainder"].factor}
     lab07.check_losses(right)
-    with pytest.raises(LabCheckFailed, match="1 / 2.76, the parameter ratio"):
+    with pytest.raises(LabCheckFailed, match="is the inverse of the parameter ratio"):
         params = [c.params for c in lab07.stage_costs(parse_layout(lab07.endpoint_layouts()["even"]), lab07.BANK, 8)]
         lab07.check_losses({**right, "imbalance": min(params) / max(params)})
     with pytest.raises(LabCheckFailed, match="speedup left after this loss"):

@@ -1,5 +1,7 @@
 """Lab 1's typical wrong answers (schedule selection, the three control flows, the callback, the phases)."""
 
+import re
+
 from fairness import Wrong
 
 SEL = "m041_main_selection"
@@ -137,5 +139,9 @@ def returns_losses(pp, rank):
 ]
 REVEALS = {  # the lab text names the 1F1B and interleaved functions; only this one is left to find
     SRC: ["forward_backward_no_pipelining"],
-    LOSS: ["rank pp - 1", "pp - 1"],
+    LOSS: ["rank pp - 1", "pp - 1", re.compile(r"last stage, rank \d")],
+    # a rank's warmup, the formula or its value ("so rank r runs pp - r - 1 = 3")
+    PHASES: [re.compile(r"pp - r(?:ank)? - 1"), re.compile(r"\bruns? \d+ warmup"), "min(pp - rank - 1, M)"],
+    # the family a case selects, named in words after "so Megatron runs"
+    SEL: [re.compile(r"Megatron runs the [\w -]+\(")],
 }

@@ -118,7 +118,7 @@ WRONG = [
     Wrong("rank0-b0-from-0", "reading", "rank0_b0_slot = 7", {RANK0}),
 ]
 REVEALS = {  # phrases that give a check's answer away (a student's own value echoed back is not one)
-    ACTIVATIONS: ["holds 8 microbatches' activations", "[4, 3, 2, 1]"],
+    ACTIVATIONS: ["holds 8 microbatches' activations", "[4, 3, 2, 1]", "1F1B's rank 0 holds only pp"],
     BUBBLE: ["the bubbles are equal", "0.273"],
     FILL: ["only waits for the forwards of the ranks above it"],
     DRAIN: ["b = 2 each"],

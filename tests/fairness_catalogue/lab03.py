@@ -1,5 +1,7 @@
 """Lab 3's typical wrong answers (the bubble formula, profiles, the global batch, a fair comparison)."""
 
+import re
+
 from fairness import Wrong
 
 FRAC = "m044_main_bubble_fraction"
@@ -117,6 +119,11 @@ def confounders(run_a, run_b):
 ]
 REVEALS = {
     "m044_main_bubble_over_ideal": ["(pp-1)/M"],
-    SPAN: ["(M+pp-1)(f+b)", "(M+pp-1) x (f+b)"],
-    FRAC: ["(pp-1)/(M+pp-1)"],
+    # the step time's formula, or its terms ("M+pp-1 slots", "(pp-1)b of drain")
+    SPAN: ["(M+pp-1)(f+b)", "(M+pp-1) x (f+b)", "M+pp-1", "(pp-1)(f+b)", "(pp-1)b", "(pp-1)f"],
+    FRAC: ["(pp-1)/(M+pp-1)", "M/(M+pp-1)", re.compile(r"\(pp ?- ?1\) ?/ ?\(M ?\+ ?pp ?- ?1\)")],
+    GAIN: [re.compile(r"grows too, by \d")],
+    GBS: [re.compile(r"b x M x dp"), "micro-batch size x microbatches x data-parallel size", "GBS / (M x dp)",
+          "GBS/(M x dp)", "multiply by dp"],
+    MEMORY: ["min(pp, M)", "pp - 1 warmup forwards plus"],
 }

@@ -1,6 +1,10 @@
 """Lab 4's typical wrong answers (the 1F1B generator): each costs its own rubric point, once, under every seed."""
 
+import re
+
 from fairness import Wrong
+
+from pipeline_kit.course.questions.m043 import megatron_warmup
 
 
 def _phases(warmup: str, steady: str = 'f"F{warmup + i}", f"B{i}"', cooldown: str = "range(microbatches - warmup, "
@@ -72,6 +76,15 @@ WRONG = [
           '"ranks": [["B0", "F0", "F1", "B1"], ["F0", "F1", "B0", "B1"]]}', {MEMORY}),
 ]
 REVEALS = {
-    WARMUP: ["pp - rank - 1", "min(pp - rank - 1, M)"],
-    MEMORY: ["min(pp - rank, M)", "pp - rank, M"],
+    WARMUP: ["pp - rank - 1", "min(pp - rank - 1, M)", re.compile(r"pp - r - 1"), re.compile(r"warmup is \d")],
+    MEMORY: ["min(pp - rank, M)", "pp - rank, M", re.compile(r"peak_activations\[\d+\] is \d"),
+             "only rank 0 holds pp"],
+    # the order's op at a position, or how many forwards 1F1B runs first (the warmup's and the memory's answer too)
+    ORDER: [re.compile(r"1F1B runs [FB]\d+ there"), re.compile(r"1F1B runs \d+ forwards? first"),
+            re.compile(r"forward F\d+ is followed by"), re.compile(r"in flight, B\d")],
+    # the phases' ops for the student's own warmup (a pair's forward or backward, named)
+    PHASES: [re.compile(r"must start with [FB]\d"), re.compile(r"runs B\d+, the backward"),
+             re.compile(r"its backward is B\d")],
 }
+# the warmup's check reads the length of the phases' first list: its expected value is Megatron's warmup
+EXPECTED = {WARMUP: {"one_f_one_b_phases": megatron_warmup}}

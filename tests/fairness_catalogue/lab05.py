@@ -1,5 +1,7 @@
 """Lab 5's typical wrong answers (what crosses a boundary and its bytes; blocking orders; a real hang)."""
 
+import re
+
 from fairness import Wrong
 
 T, BY, MU, VL = "m046_main_tensors", "m046_main_bytes", "m046_main_multi", "m046_main_varlen"
@@ -280,9 +282,20 @@ WRONG = [
     Wrong("log-loss", "follow_hang", 'log_fields = log_fields | {"loss"}', {LF}),
     Wrong("log-no-counts", "follow_hang", 'log_fields = log_fields - {"sent_count", "received_count"}', {LF}),
 ]
+WAITS = [re.compile(r"waits for the (?:forward|backward) message of microbatch \d"),
+         re.compile(r"that is microbatch \d")]
 REVEALS = {
     BY: ["8,192"],  # real_send_bytes: 32 * 2 * 32 float32 elements
     FB: ["786,432"],  # bank_send_bytes
-    FD: ["25,165,824", "25165824"],  # bank_link_bytes
-    FBD: ["176,160,768"],  # step_p2p_bytes(8, 16, bank_model)
+    FD: ["25,165,824", "25165824", re.compile(r"2 x M = \d"), "a link carries 2 x M"],  # bank_link_bytes
+    FBD: ["176,160,768", re.compile(r"pp\*(?:chunks|v) - 1 = \d")],  # step_p2p_bytes(8, 16, bank_model)
+    # what a rank waits for, spelled out (the wait the dict must hold)
+    EX: WAITS,
+    PR: WAITS + [re.compile(r"timed out waiting for \(")],
+    # the root cause's rank, or the missing message, named
+    ME: [re.compile(r"message rank \d+ never sent"), re.compile(r"own text gave \d"),
+         re.compile(r"rank \d+ waits for from rank \d"), re.compile(r"the missing message is a (?:forward|backward)")],
+    VL: [re.compile(r"pp - 1 = \d")],
+    T: [re.compile(r"misses [^;]*e\.g\. \('activation")],
+    PA: [re.compile(r"1F1B on rank \d+ runs [FB]\d"), re.compile(r"expected \d+ \(")],
 }

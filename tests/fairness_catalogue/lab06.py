@@ -5,6 +5,8 @@ later answer reuses is redefined only where the later answer's test cell does no
 so each entry names the cells that must lose for the mistake itself.
 """
 
+import re
+
 from fairness import Wrong
 
 LOCAL_NUMBERS = '''
@@ -391,7 +393,14 @@ WRONG = [
 # Text that gives a check's answer away (bank-pp8's exact counts, the stage that holds most, the exact ratio):
 # no other check's feedback may contain it.
 REVEALS = {
-    "m047_follow_baseline": ["14,175,744", "14175744"],
+    "m047_follow_baseline": ["14,175,744", "14175744", re.compile(r"is \d+ per stage"),
+                             re.compile(r"middle stage holds \d")],
     "m047_main_imbalance": ["2.7614", "2.761404"],
     "m047_follow_time": ["the largest stage is stage 0", "heaviest is stage"],
+    "m047_follow_ends": [re.compile(r"s\*h = \d")],
+    "m047_main_inputs": [re.compile(r"token ids \(torch\.int64\)")],
+    # the rank that holds the loss, named (contributions' and the production log's answer)
+    "m048_follow_owner": [re.compile(r"[Oo]nly rank \d"), re.compile(r"\(rank \d+\) contributes")],
+    "m048_follow_production": [re.compile(r"last virtual stage, rank \d")],
+    "m048_follow_max": [re.compile(r"0 > -?\d")],
 }

@@ -1,5 +1,7 @@
 """Lab 7's typical wrong answers (stage imbalance, custom layouts, the 2.59x decomposition)."""
 
+import re
+
 from fairness import Wrong
 
 from pipeline_kit.course.labs import lab07
@@ -427,4 +429,17 @@ REVEALS = {
     "m054_follow_resplit": [f"{_resplit['balanced']:.4g}"],
     "m054_main_next_experiment": [f"{_resplit['balanced']:.4g}"],
     CAUSES: ["recompute', 1", "communication', 2"],
+    # a stage's measured value, or the stage that is the answer, spelled out
+    METRICS: [re.compile(r"p50 service: \d"), re.compile(r"add up to \d"), re.compile(r"the largest is \d")],
+    DYNAMIC: [re.compile(r"stage \d+ spreads most"), re.compile(r"the largest is \d")],
+    PER_MB: [re.compile(r"in all\)"), re.compile(r"costs \d[\d.]* ms\)"), re.compile(r"on stage \d+ is \d")],
+    SUCCESS: [re.compile(r": '(?:better|not better|not comparable)'$"), "-- 'not comparable'"],
+    SEMANTICS: [re.compile(r"so stage \d+ is rank \d"), re.compile(r"is on stage \d+, not")],
+    "m050_follow_time_idle": [re.compile(r"rank \d+'s idle falls most"), re.compile(r"makespan - busy = \d"),
+                              re.compile(r"idle for \d")],
+    LOCAL: ["(pp-1)/(M+pp-1)", "2.59 / 8", "pp times it", "M/(M+pp-1)"],
+    MORE_M: ["pp times that", "M/(M+pp-1)"],
+    BASELINE: ["M x the sum of every stage"],
+    CONTROLS: [re.compile(r"GBS = M x micro-batch size = \d")],
+    "m049_follow_resplit": [re.compile(r"expected \[")],
 }

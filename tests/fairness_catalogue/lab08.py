@@ -5,6 +5,8 @@ section M052 reuse ``stage_bytes``, ``resident_bytes`` and ``alive`` (``memory_t
 mistake in one of those costs its own test cell only, so ``m052_follow_terms`` is run for them and must not lose.
 """
 
+import re
+
 from fairness import Wrong
 
 # -- M051: the mapping ---------------------------------------------------------------------------------
@@ -209,4 +211,11 @@ REVEALS: dict = {
     "m052_main_determinants": ["34 + 5as/h)*dtype/2", "activation_bytes (the last includes"],
     # the correct bubble (section 2)
     "m051_main_mechanism": ["(pp-1)/(vM+pp-1)"],
+    # where a virtual stage lives, as a formula or spelled out for a rank
+    DEF: ["stage k on rank k % pp", "on rank k % pp as that rank's chunk k // pp",
+          re.compile(r"rank \d+ holds virtual stages \d")],
+    # the warmup's and the message count's formulas, or their values
+    COSTS: ["2(pp - r - 1) + (v - 1)", re.compile(r"pp\*v - 1 = \d"), re.compile(r"M x v = \d"),
+            "(number of boundaries between virtual stages)"],
+    SNAP: [re.compile(r"holds \d+ live chunk")],
 }

@@ -1,5 +1,7 @@
 """Lab 9's typical wrong answers (ZB-V: stages in a V, messages, bubble, speedup, memory, what the V buys)."""
 
+import re
+
 from fairness import Wrong
 
 # -- placement: each of the three functions is a third of the cell; a helper's mistake costs once -------------
@@ -122,8 +124,10 @@ WRONG = [
 
 REVEALS = {
     MSG: ["4M(pp-1)", "4M(pp−1)", "4·M·(pp − 1)", "4 * M * (pp - 1)", "2M(2pp-2)", "2·M·(2·pp − 2)"],
-    BUB: ["(pp-1)/(6M+pp-1)", "(pp - 1)/(6M + pp - 1)", "6M+pp-1", "6M + pp - 1", "6·M + pp − 1"],
+    BUB: ["6M units", "(pp-1)/(6M+pp-1)", "(pp - 1)/(6M + pp - 1)", "6M+pp-1", "6M + pp - 1", "6·M + pp − 1"],
     VS: ["6(M+pp-1)/(6M+pp-1)", "6(M + pp - 1)"],
     MEM: ["M+1+r", "M + 1 + r"],
     WHY: ["'ends_together'", "'local_turn'", "'even_memory'", "'tied_local'"],
+    P: [re.compile(r"rank 0 holds the last"), re.compile(r"in a V stage \d+ is on rank \d")],
+    REF: ["ZB-V takes any M", "DualPipe-V that needs M >= 2pp"],
 }

@@ -33,6 +33,30 @@ def fail(message: str) -> None:
     raise LabCheckFailed(message)
 
 
+# The book's chapters (``book/chapters/<key>.md``) by their titles.  Feedback teaches without the value it checks:
+# it names what fails and the case, and points to the section that teaches the idea, ``book("gpipe-1f1b", "The
+# three phases, per rank")`` -- each pointer's heading is checked against the book (tests/test_fairness.py).
+BOOK_CHAPTERS = {
+    "why-pp": "Why pipeline parallelism",
+    "entry-point": "The schedule entry point",
+    "gpipe-1f1b": "GPipe and 1F1B",
+    "bubble": "The bubble",
+    "p2p": "What crosses a stage boundary; P2P without deadlock",
+    "stages": "Building stages; where the loss lives",
+    "imbalance": "Finding imbalance; custom layouts",
+    "interleaved": "Interleaved (virtual) pipeline",
+    "memory": "Activation memory per rank",
+    "case-study": "Case study: why PP8/M16 gives 2.59x",
+    "zero-bubble": "Beyond 1F1B: zero bubble and the V",
+}
+
+
+def book(chapter: str, section: str) -> str:
+    """A pointer to the section of the book that teaches an idea: ``(the book: GPipe and 1F1B, 'Dependencies,
+    drawn')``."""
+    return f"(the book: {BOOK_CHAPTERS[chapter]}, '{section}')"
+
+
 def describe(value, limit: int = 80) -> str:
     """A short repr; objects without a readable one (iterators, modules) show as ``<TypeName>``."""
     text = repr(value)
@@ -201,10 +225,9 @@ def expect_rounded(got: float, want, what: str, min_decimals: int = 3) -> bool:
     right = abs(got - want) <= 0.5 * 10 ** -d * (1 + 1e-9)
     if right and d >= min_decimals:
         return True
-    to_d = f"to {d} decimal{'s' if d != 1 else ''} {want:.6g} is {round(want, d):.{d}f}"
-    if not right:
-        fail(f"{what} = {got:.{d}f} is rounded the wrong way ({to_d}): a precision issue -- round to the nearest "
-             f"value, or keep more decimals")
+    if not right:  # (the value it should round to is the answer: not shown)
+        fail(f"{what} = {got:.{d}f} is rounded the wrong way in its last decimal: a precision issue -- round to the "
+             "nearest value, or keep more decimals")
     fail(f"{what} = {got:.{d}f} is right to {d} decimal{'s' if d != 1 else ''}, but give at least {min_decimals} "
          "(a precision issue)")
 

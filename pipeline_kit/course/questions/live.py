@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 
 from ...grading.remote import grading_seed, hidden_rng, kernel_side, probe
-from .common import call, close, describe, expect_number, fail
+from .common import book, call, close, describe, expect_number, fail
 
 def probe_call(probe_fn, student, *args, name: str, shown: str):
     """``probe(probe_fn, student, *args)`` for the student's callable ``student``; the student's exception
@@ -132,7 +132,8 @@ def _check_callback(forward_step, rng: random.Random) -> None:
     if res["dim"] != 0:
         fail(f"the loss must be a scalar, got shape {tuple(res['shape'])}")
     if not close(res["value"], want.item(), rel=1e-5):
-        fail(f"the loss is {res['value']:.5f}, the mean cross-entropy is {want.item():.5f}")
+        fail(f"the loss is {res['value']:.5f}, not the mean cross-entropy of the output it is given "
+             f"{book('entry-point', 'The callback contract')}")
     if not res["requires_grad"]:
         fail("the loss does not require grad: backward must start from it, so do not detach it")
     if res["logged_requires_grad"]:
@@ -283,9 +284,8 @@ def check_build_stage(fn, cases) -> None:
         x = info.get("logits")
         if x is None or x.shape != want.shape:
             shown = tuple(x.shape) if x is not None else (info.get("output") or {}).get("shape")
-            fail(f"chaining your {n} stages gives {describe(tuple(shown) if shown else info['output']['type'])}, the "
-                 f"model gives logits of shape {tuple(want.shape)}: the last stage must end with the final norm and "
-                 "the output layer")
+            fail(f"chaining your {n} stages gives {describe(tuple(shown) if shown else info['output']['type'])}, not "
+                 "the model's logits: the last stage must end with the final norm and the output layer")
         if not torch.allclose(x, want, rtol=1e-5, atol=1e-6):
             fail(f"chaining your {n} stages gives other logits than the model with the same parameters (max "
                  f"difference {float((x - want).abs().max()):.2e}): check the order embedding -> blocks in layer "
@@ -400,7 +400,8 @@ def check_scaling(fn, cases) -> None:
                      f"{m} before backward, so the accumulated gradient is the mean over microbatches")
             if close(r, 1 / m, rel=1e-3):
                 fail(f"{what}: the gradients are 1/{m} of the full-batch mean's: the loss is divided by M twice")
-            fail(f"{what}: the gradients are {r:.3g}x the full-batch mean's, expected exactly 1x")
+            fail(f"{what}: the gradients are {r:.3g}x the full-batch mean's, not equal to it "
+                 f"{book('stages', '1/M scaling, checked')}")
         with torch.no_grad():
             gpt = GPT(cfg)
             want = float(sum(lm_loss(gpt(x), y) for x, y in zip(tokens, targets)) / m)
@@ -415,10 +416,10 @@ def check_scaling(fn, cases) -> None:
         if close(got, want, rel=1e-4):
             continue
         if close(got, want * m, rel=1e-4):
-            fail(f"{what} returns {got:.4f}, the sum of the microbatch losses; log their mean ({want:.4f})")
+            fail(f"{what} returns {got:.4f}, the sum of the microbatch losses; log their mean")
         if close(got, want / m, rel=1e-4):
             fail(f"{what} returns {got:.4f}: the mean of the 1/M-scaled losses; the scaled losses add up to the mean")
-        fail(f"{what} returns {got:.4f}, expected the mean microbatch loss {want:.4f}")
+        fail(f"{what} returns {got:.4f}, not the mean microbatch loss {book('stages', '1/M scaling, checked')}")
 
 
 # -- lab 6: logging the loss (M048 follow-up) ----------------------------------------------------------------
@@ -548,8 +549,8 @@ def check_vocab_parallel(fn, cases) -> None:
         if close(got, local, rel=1e-3):
             fail(f"{what} is {got:.4f}, the average of per-shard cross-entropies; a shard's softmax normalises over "
                  f"its {part} words only: all-reduce(SUM) the sums of exps over the TP group")
-        fail(f"{what} is {got:.4f}, cross-entropy over the full vocabulary is {float(want):.4f}: the target's logit "
-             "comes from the shard that owns the target id (shard k owns ids k*V/t .. (k+1)*V/t - 1)")
+        fail(f"{what} is {got:.4f}, not the cross-entropy over the full vocabulary: the target's logit comes from the "
+             "shard that owns the target id (shard k owns ids k*V/t .. (k+1)*V/t - 1)")
 
 
 __all__ = ["check_build_stage", "check_callback", "check_deallocate", "check_last_stage", "check_log_tensor",

@@ -13,6 +13,7 @@ from ...grading.parts import Parts, plural
 from .live import check_callback  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from .common import (
     LabCheckFailed,
+    book,
     call,
     check,
     close,
@@ -48,10 +49,10 @@ def check_selection(choose, cases) -> None:
             fail(f"choose_schedule(1, {vpp}) returned {got!r}: with one stage there is nothing to pipeline -- "
                  "Megatron ignores the virtual size and does not pipeline at all")
         if vpp == 1:
-            fail(f"choose_schedule({pp}, 1) returned {got!r}: a virtual size of 1 is one chunk per rank, so "
-                 "Megatron runs the non-interleaved 1F1B ('1f1b')")
-        fail(f"choose_schedule({pp}, {vpp}) returned {got!r}, expected {want!r}: pp > 1 pipelines, and only a "
-             "virtual size above 1 interleaves")
+            fail(f"choose_schedule({pp}, 1) returned {got!r}: a virtual size of 1 is one chunk per rank -- revisit "
+                 f"which virtual sizes make Megatron interleave {book('entry-point', 'The selection conditions')}")
+        fail(f"choose_schedule({pp}, {vpp}) returned {got!r}: revisit which pp pipelines and which virtual size "
+             f"interleaves {book('entry-point', 'The selection conditions')}")
 
 
 def expected_differences() -> dict:
@@ -87,7 +88,8 @@ def check_differences(differences) -> None:
                 if key == "p2p_messages" and name != "no-pipelining" and got == exp / 2:
                     hint = " -- count both directions: activations forward and gradients backward"
                 elif key == "peak_rank0" and name == "1f1b" and got == 8:
-                    hint = " -- that is GPipe's peak (all M); 1F1B's rank 0 holds only pp microbatches"
+                    hint = (" -- that is GPipe's peak (all M); in 1F1B a backward frees a microbatch before rank 0 "
+                            f"has forwarded them all {book('gpipe-1f1b', 'Activation lifetime')}")
                 elif key == "peak_rank0" and name == "interleaved" and got == want["1f1b"][key]:
                     hint = (" -- that is 1F1B's peak; count chunk activations: with 2 chunks a rank holds more, "
                             "smaller ones")
@@ -95,10 +97,8 @@ def check_differences(differences) -> None:
                     hint = " -- one rank never waits for another"
                 elif key == "bubble" and close(got, 100 * exp, abs_=0.1):
                     hint = " -- give a fraction between 0 and 1, not a percentage"
-                # no-pipelining's P2P count is m041_follow_no_p2p's answer: not printed here
-                secret = (name, key) == ("no-pipelining", "p2p_messages")
-                shown = "" if secret else f", but the simulation gives {exp:g}"
-                fail(f"differences[{name!r}][{key!r}] is {got:g}{shown}{hint}")
+                # (the simulation's value is not printed: the student measures it)
+                fail(f"differences[{name!r}][{key!r}] is {got:g}, not what its simulation gives{hint}")
     parts.done()
 
 
@@ -144,15 +144,17 @@ def check_phases(phases, cases) -> None:
                 continue
             if got[0] == pp - rank and warm == pp - rank - 1:
                 fail(f"phases({pp}, {m}, {rank}): warmup {got[0]} is one too many -- the last stage runs no "
-                     f"warmup forward, so rank r runs pp - r - 1 = {warm}")
+                     "warmup forward: count the stages a rank's warmup fills before its first gradient can come back "
+                     f"{book('gpipe-1f1b', 'The three phases, per rank')}")
             if got[0] == pp - rank - 1 and pp - rank - 1 > m:
                 there = plural(m, "microbatch", "microbatches")
-                fail(f"phases({pp}, {m}, {rank}): warmup {got[0]} is more than the {there} there are; "
-                     f"it is min(pp - rank - 1, M) = {warm}")
+                fail(f"phases({pp}, {m}, {rank}): warmup {got[0]} is more than the {there} there are: a short step "
+                     f"caps the warmup {book('gpipe-1f1b', 'The three phases, per rank')}")
             if sum(got) != m + warm:
                 fail(f"phases({pp}, {m}, {rank}) = {tuple(got)}: warmup + steady must equal M = {m} (each "
                      "microbatch's forward is in warmup or steady) and cooldown equals warmup")
-            fail(f"phases({pp}, {m}, {rank}) = {tuple(got)}, expected {want}")
+            fail(f"phases({pp}, {m}, {rank}) = {tuple(got)} are not rank {rank}'s phase lengths: count its warmup "
+                 f"forwards first {book('gpipe-1f1b', 'The three phases, per rank')}")
 
 
 @check
@@ -160,8 +162,8 @@ def check_loss_rank(loss_rank, pps) -> None:
     for pp in pps:
         got = call(loss_rank, pp, name="loss_rank")
         if got != select_schedule(pp).loss_rank:
-            fail(f"loss_rank({pp}) is {describe(got)}: the loss is computed where the output layer is, on the "
-                 f"last stage, rank {pp - 1}")
+            fail(f"loss_rank({pp}) is {describe(got)}: the loss is computed where the output layer is -- which "
+                 f"rank holds the last stage? {book('entry-point', 'Three families, three control flows')}")
 
 
 def _own_loss_rank(loss_rank, pp):
@@ -196,9 +198,9 @@ def check_returns_losses(returns_losses, pps, loss_rank=None) -> None:
             if not isinstance(got, bool):
                 fail(f"returns_losses({pp}, {rank}) must be True or False (a bool), got "
                      f"{type(got).__name__} {describe(got)}")
-            fail(f"returns_losses({pp}, {rank}) is {describe(got)}, expected {want}: only the rank that computes "
-                 "the loss returns it; every other rank returns an empty list -- it only moves activations and "
-                 "gradients")
+            fail(f"returns_losses({pp}, {rank}) is {describe(got)}: only the rank that computes the loss returns it; "
+                 "every other rank returns an empty list -- it only moves activations and gradients "
+                 f"{book('entry-point', 'Three families, three control flows')}")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

@@ -16,6 +16,7 @@ from ...trace import Timeline
 from ...grading.parts import Parts
 from ...grading.timeline import GridError, check_timeline, parse_grid
 from .common import (
+    book,
     call,
     check,
     close,
@@ -32,6 +33,7 @@ F_COST, B_COST = 1, 2  # the costs of the measured questions (the drawings take 
 SLOW_FWD = [2 * F_COST if r == 2 else F_COST for r in range(PP)]  # stage 2 twice as slow
 SLOW_BWD = [2 * f for f in SLOW_FWD]
 LATENCY = 0.1
+BUBBLE_BOOK = book("gpipe-1f1b", "Where the bubble comes from — and what imbalance and P2P do to it")
 
 
 def _sim(schedule: str, pp: int = PP, microbatches: int = M, **costs):
@@ -125,8 +127,8 @@ def check_peaks(peak_live) -> None:
     parts = Parts()
     with parts.part():
         if got["gpipe"] != want["gpipe"]:
-            fail(f"peak_live['gpipe'] is {_fmt(got['gpipe'])}: in GPipe every rank runs all M = {M} forwards before "
-                 f"its first backward, so each holds {max(want['gpipe'])} microbatches' activations at the turn")
+            fail(f"peak_live['gpipe'] is {_fmt(got['gpipe'])}: in GPipe every rank runs all its forwards before its "
+                 f"first backward -- count what each holds at that turn {book('gpipe-1f1b', 'Activation lifetime')}")
     with parts.part():
         _peaks_1f1b(got["1f1b"], want["1f1b"])
     parts.done()
@@ -148,8 +150,8 @@ def _peaks_1f1b(g, w) -> None:
         fail(f"peak_live['1f1b'] is {g[0]:g} on every rank, but the ranks differ: a later rank gets its first "
              "gradient sooner, so it has fewer microbatches in flight")
     bad = next(r for r in range(PP) if g[r] != w[r])
-    fail(f"peak_live['1f1b'][{bad}] is {g[bad]:g}, the simulator gives {w[bad]}: on row r{bad}, count the "
-         "microbatches whose F has run and whose B has not, at the moment there are most of them")
+    fail(f"peak_live['1f1b'][{bad}] is {g[bad]:g}, not rank {bad}'s peak: on row r{bad}, count the microbatches whose "
+         "F has run and whose B has not, at the moment there are most of them")
 
 
 @check
@@ -178,8 +180,8 @@ def check_bubble(idle_slots, bubble_fraction) -> None:
                      "is the Megatron paper's bubble ratio (pp-1)/M; the bubble fraction is idle over all ranks' "
                      "total time, pp x makespan")
             if name == "1f1b" and got < sims["gpipe"].bubble_fraction - 1e-3:
-                fail(f"bubble_fraction['1f1b'] = {got:.3f} is smaller than GPipe's, but with equal stages both "
-                     "schedules fill and drain the same pipe: the bubbles are equal")
+                fail(f"bubble_fraction['1f1b'] = {got:.3f} is smaller than GPipe's: compare where the idle slots "
+                     f"sit in your two drawings, at the fill and at the drain {BUBBLE_BOOK}")
             fail(f"bubble_fraction[{name!r}] = {got:.3f} is not the simulator's bubble fraction (to 3 decimals): "
                  "total idle slots over pp x makespan")
     parts.done()
@@ -281,8 +283,8 @@ def check_fill(fill_idle) -> None:
         fail(f"fill_idle = {_fmt(got)} is reversed: rank 0 starts at once, the last rank waits for F0 to cross "
              "every boundary before it")
     if got == [v * (F_COST + B_COST) / F_COST for v in fill]:
-        fail(f"fill_idle = {_fmt(got)} charges f + b per rank; before its first op a rank only waits for the "
-             "forwards of the ranks above it, f each")
+        fail(f"fill_idle = {_fmt(got)} charges f + b per rank: which ops does a rank wait for before its first "
+             f"one? {BUBBLE_BOOK}")
     if got == drain:
         fail(f"fill_idle = {_fmt(got)} is the idle time at the end of the step (the drain)")
     if not any(got):
@@ -300,8 +302,8 @@ def check_drain(drain_idle) -> None:
         fail(f"drain_idle = {_fmt(got)} is reversed: the last backward of the step runs on rank 0, so rank 0 "
              "works to the end and the later ranks finish earlier")
     if got == fill:
-        fail(f"drain_idle = {_fmt(got)} is too short: the drain is backwards travelling up the pipe, "
-             f"b = {B_COST:g} each")
+        fail(f"drain_idle = {_fmt(got)} is too short: the drain is backwards travelling up the pipe, not "
+             f"forwards {BUBBLE_BOOK}")
     if not any(got):
         fail("drain_idle is 0 everywhere: 1F1B still drains -- once the last backward has left a rank, that rank "
              "has nothing left to do")
@@ -318,9 +320,8 @@ def check_rank_idle(rank_idle, cases) -> None:
                 continue
             want = idle[0]
             if close(got, (pp - 1) * f) or close(got, (pp - 1) * b):
-                fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts the stage offsets "
-                     "(pp - 1 of them) for only one direction; "
-                     f"each rank loses them in the forward fill and again in the backward drain: {want:g}")
+                fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts the stage offsets for only one direction: "
+                     f"look at both ends of a rank's row {BUBBLE_BOOK}")
             if close(got, want * pp / (pp - 1)):
                 fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} counts pp offsets; the "
                      "boundaries between the stages are one fewer, pp - 1")
@@ -328,9 +329,10 @@ def check_rank_idle(rank_idle, cases) -> None:
                                  f"rank_idle({pp}, {m + 4}, {f}, {b})")
             if not close(got, more) and close(want, _sim(name, pp, m + 4, fwd=f, bwd=b).idle[0]):
                 fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} changes with M (M = {m + 4} gives {more:g}), but a "
-                     f"rank's idle time does not: the simulator gives {want:g} for both -- more microbatches only "
-                     "shrink its share of the step")
-            fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g}, the simulator gives {want:g} on every rank of {name}")
+                     "rank's idle time does not (simulate both) -- more microbatches only shrink its share of the "
+                     "step")
+            fail(f"rank_idle({pp}, {m}, {f}, {b}) = {got:g} is not the idle time of a rank of {name} with these f "
+                 f"and b: the formula must hold for any f and b {BUBBLE_BOOK}")
 
 
 def _b_starts(res, rank: int) -> list[float]:

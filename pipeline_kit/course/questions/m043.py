@@ -25,6 +25,7 @@ from ...grading import kitfree
 from ...grading.parts import Parts
 from ...grading.parts import plural
 from .common import (
+    book,
     call,
     check,
     describe,
@@ -35,6 +36,8 @@ from .common import (
 )
 from .m042 import PP, M, _first_failure, _fmt, _grid_report, _per_rank, _slots
 
+PHASES_BOOK = book("gpipe-1f1b", "The three phases, per rank")  # where the book teaches what these checks find
+DEPENDENCIES_BOOK = book("gpipe-1f1b", "Dependencies, drawn")
 
 
 def megatron_warmup(pp: int, microbatches: int, rank: int) -> int:
@@ -144,10 +147,8 @@ def _check_phases(func, cases) -> None:
             if any(op.kind != "F" for op in warm):
                 fail(f"{label}: the warmup runs forwards only -- it fills the pipe below the rank before any gradient "
                      f"can come back; got {_texts(warm)}")
-            want_warm = [Op("F", i) for i in range(w)]
-            if warm != want_warm:
-                fail(f"{label}: the warmup runs the first {w} microbatches in order, {_texts(want_warm)}; "
-                     f"got {_texts(warm)}")
+            if warm != [Op("F", i) for i in range(w)]:
+                fail(f"{label}: the warmup runs the first microbatches in order, from F0; got {_texts(warm)}")
     with parts.part():
         for ((warm, steady, _), label), m in got:
             w = len(warm)
@@ -164,10 +165,9 @@ def _check_phases(func, cases) -> None:
                      f"got {_texts(cool)}")
             if len(cool) != len(want_cool):
                 fail(f"{label}: the cooldown drains the microbatches still in flight after the last forward -- as "
-                     f"many as the warmup put in, {w}; got {plural(len(cool), 'backward')}")
+                     f"many as the warmup put in; got {plural(len(cool), 'backward')}")
             if cool != want_cool:
-                fail(f"{label}: the cooldown runs the backwards left in microbatch order, {_texts(want_cool)}; "
-                     f"got {_texts(cool)}")
+                fail(f"{label}: the cooldown runs the backwards left in microbatch order; got {_texts(cool)}")
     parts.done()
 
 
@@ -175,9 +175,8 @@ def _steady_problem(label, w, m, steady, want) -> None:
     pairs = m - w
     if len(steady) != len(want):
         more = " ..." if len(steady) > 6 else ""
-        fail(f"{label}: after {plural(w, 'warmup forward')}, M - warmup leaves "
-             f"{plural(pairs, 'forward/backward pair')}: the steady state has {plural(len(want), 'op')}, got "
-             f"{len(steady)} ({_texts(steady[:6])}{more})")
+        fail(f"{label}: after {plural(w, 'warmup forward')} the steady state pairs each forward left with a "
+             f"backward; got {plural(len(steady), 'op')} ({_texts(steady[:6])}{more}) {PHASES_BOOK}")
     kinds = "".join(op.kind for op in steady)
     if kinds != "FB" * pairs:
         fail(f"{label}: the steady state alternates one forward, then one backward, starting with a forward; got "
@@ -185,15 +184,15 @@ def _steady_problem(label, w, m, steady, want) -> None:
     for k in range(pairs):
         f_op, b_op = steady[2 * k], steady[2 * k + 1]
         if f_op != want[2 * k]:
-            fail(f"{label}: steady pair {k + 1} must start with {want[2 * k].text()}, the next forward after the "
-                 f"warmup; got {f_op.text()}")
+            fail(f"{label}: steady pair {k + 1} starts with {f_op.text()}; each pair starts with the next forward "
+                 "not yet run")
         if b_op != want[2 * k + 1]:
             if b_op.microbatch == f_op.microbatch and w > 0:
-                fail(f"{label}: after {f_op.text()} the steady state runs {want[2 * k + 1].text()}, the backward of "
-                     f"the oldest microbatch in flight, not {b_op.text()}: the gradient of the microbatch just "
-                     f"forwarded has to cross the later stages first")
-            fail(f"{label}: steady pair {k + 1} is {f_op.text()} {b_op.text()}; its backward is "
-                 f"{want[2 * k + 1].text()}, the oldest microbatch in flight")
+                fail(f"{label}: after {f_op.text()} the steady state runs the backward of the oldest microbatch in "
+                     f"flight, not {b_op.text()}: the gradient of the microbatch just forwarded has to cross the "
+                     "later stages first")
+            fail(f"{label}: steady pair {k + 1} is {f_op.text()} {b_op.text()}; its backward is the oldest "
+                 f"microbatch in flight's {PHASES_BOOK}")
 
 
 # -- the warmup length per rank (2 points) ---------------------------------------------------------------
@@ -216,18 +215,18 @@ def _check_warmup(func, cases) -> None:
         if pp > 2 and len(set(got)) == 1:
             every = "every rank runs" if len(ranks) == pp else f"ranks {', '.join(map(str, ranks))} all run"
             fail(f"{label}: {every} {runs}, but the warmup differs by rank: a later rank has "
-                 f"fewer stages below it to fill, so its first gradient comes back sooner (on rank {r}, 1F1B's warmup "
-                 f"is {want[i]})")
+                 f"fewer stages below it to fill, so its first gradient comes back sooner {PHASES_BOOK}")
         if w == want[i] + 1 and want[i] == pp - r - 1:
-            fail(f"{label}: {runs} is one too many -- on rank {r} the warmup is pp - rank - 1 = {want[i]}; the "
-                 "next forward is already the first of the steady state (that is why the last rank runs none)")
+            fail(f"{label}: {runs} is one too many -- the next forward is already the first of the steady state "
+                 f"(that is why the last rank runs none) {PHASES_BOOK}")
         if w == pp - r - 1 and w > m:
-            fail(f"{label}: {runs}, but there are only M = {plural(m, 'microbatch', 'microbatches')} -- the "
-                 f"warmup is min(pp - rank - 1, M) = {want[i]}")
+            fail(f"{label}: {runs}, but there are only M = {plural(m, 'microbatch', 'microbatches')}: a rank cannot "
+                 f"run more warmup forwards than there are microbatches {PHASES_BOOK}")
         if got == [megatron_warmup(pp, m, pp - 1 - q) for q in ranks]:
             fail(f"{label}: {runs} -- the warmups are reversed; rank 0 has the most stages below it to "
                  "fill, the last rank none")
-        fail(f"{label}: {runs}, 1F1B runs {want[i]} on rank {r} (pp = {pp}, M = {m})")
+        fail(f"{label}: {runs} is {'more' if w > want[i] else 'fewer'} than 1F1B's warmup on rank {r}: count the "
+             f"stages below the rank that its warmup fills {PHASES_BOOK}")
 
 
 # -- the whole order: dependencies and exact equality (3 points) ------------------------------------------
@@ -292,7 +291,7 @@ def _check_order(func, cases, phases=None) -> None:
                 continue
             if reused():
                 break  # the student's own phases, joined: where they differ from 1F1B, their checks charge it
-            fail(f"pp={pp}, M={m}, rank {r}, op {i + 1}: got {mine[i].text()}, 1F1B runs {theirs[i].text()} there -- "
+            fail(f"pp={pp}, M={m}, rank {r}, op {i + 1}: got {mine[i].text()}, not 1F1B's op there -- "
                  + _explain(pp, m, r, i, mine, theirs))
 
 
@@ -313,14 +312,13 @@ def _explain(pp, m, r, i, mine, theirs) -> str:
     lead, want_lead = _leading_forwards(mine), _leading_forwards(theirs)
     if lead != want_lead:
         if m > w:
-            return (f"on rank {r} your order runs {plural(lead, 'forward')} before its first backward; 1F1B runs "
-                    f"{plural(want_lead, 'forward')} first (its warmup, then the first forward of the steady state)")
+            return (f"on rank {r} your order runs {plural(lead, 'forward')} before its first backward, "
+                    f"{'more' if lead > want_lead else 'fewer'} than 1F1B: its warmup, then the first forward of the "
+                    f"steady state {PHASES_BOOK}")
         return (f"on rank {r} your order runs {plural(lead, 'forward')} before its first backward; with only "
                 f"M = {plural(m, 'microbatch', 'microbatches')}, 1F1B runs all {m} forwards first on this rank")
     if i < w + 2 * (m - w):
-        k = (i - w) // 2
-        return (f"in the steady state each forward F{w + k} is followed by the backward of the oldest microbatch in "
-                f"flight, B{k}")
+        return "in the steady state each forward is followed by the backward of the oldest microbatch in flight"
     return f"the cooldown drains the {plural(w, 'backward')} left, in microbatch order"
 
 
@@ -359,10 +357,9 @@ def _check_memory(max_in_flight, cases) -> None:
                 fail(f"{label} = 1: 1F1B keeps every microbatch it has forwarded and not yet backwarded, not only the "
                      "current one")
             if got == pp and r > 0:
-                fail(f"{label} = {got}: only rank 0 holds pp microbatches; a later rank gets its first gradient "
-                     "sooner, so it holds fewer")
+                fail(f"{label} = {got}: a later rank gets its first gradient sooner than rank 0, so it holds fewer")
             fail(f"{label} = {got} is {'more' if got > want else 'fewer'} than the microbatches 1F1B keeps on "
-                 f"rank {r} at its peak (the simulator's peak_activations[{r}] is {want})")
+                 f"rank {r} at its peak: count the forwards run and not yet backwarded {PHASES_BOOK}")
 
 
 def _peaks(pp, m, ranks) -> dict[int, int]:
@@ -452,7 +449,7 @@ def check_f0(f0_slots) -> None:
              "activation has arrived")
     bad = next(r for r in range(PP) if got[r] != want[r])
     fail(f"f0_slots = {_fmt(got)} is wrong on rank {bad}: read the slot of F0 on each row, counting from 1 "
-         "(F0 moves one rank down per slot)")
+         f"{DEPENDENCIES_BOOK}")
 
 
 @check
@@ -475,8 +472,8 @@ def check_earliest_backward(earliest_backward) -> None:
                  "microbatch whose loss exists (an op string, e.g. 'B3')")
     with parts.part():
         if got["rank"] != want["rank"]:
-            fail(f"earliest_backward['rank'] is {describe(got['rank'])}: backward starts from the loss, which only "
-                 "the last stage computes; every other rank waits for a gradient from below")
+            fail(f"earliest_backward['rank'] is {describe(got['rank'])}: backward starts from the loss -- which "
+                 f"stage computes it? every other rank waits for a gradient {DEPENDENCIES_BOOK}")
     with parts.part():
         slot = expect_number(got["slot"], "earliest_backward['slot']")
         if slot != want["slot"] and slot != _own_slot(res, got["op"], got["rank"], want):

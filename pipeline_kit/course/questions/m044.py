@@ -21,6 +21,7 @@ from ...sim import SimResult, simulate
 from ...trace import Timeline
 from ...grading.parts import Parts
 from .common import (
+    book,
     call,
     check,
     close,
@@ -40,6 +41,8 @@ PP8, M16 = 8, 16
 KERNEL_EFFICIENCY = 0.8  # small GEMMs reach 80% of a big stage's efficiency
 P2P_SLOT = Fraction(1, 10)  # P2P latency in units of one stage forward
 BANK_SPEEDUP, TFLOPS, LATENCY_US, GBPS = 2.59, 100e12, 20e-6, 10e9
+DERIVATION = book("bubble", "Derivation")  # where the book teaches what these checks find
+NOT_IN_FORMULA = book("bubble", "What the formula does not contain")
 
 
 
@@ -60,15 +63,16 @@ def check_bubble_fraction(bubble_fraction, cases) -> None:
             why = first_match(got, [
                 (Fraction(pp - 1, m), ("that is the Megatron paper's ratio, bubble over the *ideal* time; the idle "
                                        "share divides the idle time by all ranks' time, pp x makespan")),
-                (Fraction(pp, m + pp - 1), ("you used pp instead of pp-1 in the numerator: each rank idles (pp-1) "
-                                            "slots (it waits while (pp-1) stages fill and (pp-1) drain)")),
-                (Fraction(pp - 1, m + pp), ("you used M+pp instead of M+pp-1 in the denominator: the last "
-                                            "microbatch enters after M-1 slots and crosses pp stages, M+pp-1 in all")),
-                (Fraction(pp, m + pp), "you used pp instead of pp-1 and M+pp instead of M+pp-1"),
-                (Fraction(m, m + pp - 1), "that is the utilisation M/(M+pp-1); the bubble is what is left of 1"),
+                (Fraction(pp, m + pp - 1), ("the numerator counts one stage offset too many: how many boundaries "
+                                            "does the fill cross?")),
+                (Fraction(pp - 1, m + pp), ("the denominator counts one slot too many: when does the last "
+                                            "microbatch enter, and how many stages does it cross?")),
+                (Fraction(pp, m + pp), "the numerator and the denominator each count one slot too many"),
+                (Fraction(m, m + pp - 1), "that is the utilisation, the busy share; the bubble is what is left of 1"),
                 (100 * want, "give a fraction between 0 and 1, not a percentage"),
             ]) or "compare idle time with pp x makespan in a simulated timeline"
-            fail(f"bubble_fraction({pp}, {m}) = {got:.4g}, the simulator gives {want} = {float(want):.4g}: {why}")
+            fail(f"bubble_fraction({pp}, {m}) = {got:.4g} is not the idle share of the simulated step: {why} "
+                 f"{DERIVATION}")
 
 
 @check
@@ -81,11 +85,11 @@ def check_bubble_over_ideal(bubble_over_ideal, cases) -> None:
         if not close(got, float(want)):
             why = first_match(got, [
                 (Fraction(pp - 1, m + pp - 1), ("that is the idle share of the step; Megatron's ratio divides the "
-                                                "bubble time (pp-1)(f+b) by the ideal time M(f+b)")),
-                (Fraction(pp, m), "you used pp instead of pp-1: the bubble is (pp-1) slots of fill and drain"),
+                                                "bubble time by the ideal time, not by the step")),
+                (Fraction(pp, m), "the bubble counts one slot too many: how many boundaries do fill and drain cross?"),
                 (Fraction(m, pp - 1), "the ratio is upside down: bubble time over ideal time"),
             ]) or "divide (makespan - ideal) by the ideal time, the busiest rank's work"
-            fail(f"bubble_over_ideal({pp}, {m}) = {got:.4g}, the simulator gives {want}: {why}")
+            fail(f"bubble_over_ideal({pp}, {m}) = {got:.4g} is not the simulated step's ratio: {why} {DERIVATION}")
 
 
 @check
@@ -99,17 +103,19 @@ def check_makespan(makespan, cases) -> None:
                 if close(got, float(want)):
                     continue
                 why = first_match(got, [
-                    (m * (f + b), ("that is the ideal time, one rank's work M(f+b); the step adds (pp-1)(f+b) of "
-                                   "fill and drain")),
-                    ((m + pp) * (f + b), "M+pp slots instead of M+pp-1"),
-                    (m * (f + b) + (pp - 1) * f, ("the drain is missing: the last backward also crosses (pp-1) "
-                                                  "stages, (pp-1)b")),
-                    (m * (f + b) + (pp - 1) * b, ("the fill is missing: the first forward crosses (pp-1) stages, "
-                                                  "(pp-1)f, before the last rank starts")),
+                    (m * (f + b), ("that is the ideal time, one rank's work; the step adds the fill and the "
+                                   "drain")),
+                    ((m + pp) * (f + b), ("one slot of f + b too many: when does the last microbatch enter, and how "
+                                          "many stages does it cross?")),
+                    (m * (f + b) + (pp - 1) * f, ("the drain is missing: the last backward also crosses the stages "
+                                                  "back up")),
+                    (m * (f + b) + (pp - 1) * b, ("the fill is missing: the first forward crosses the stages before "
+                                                  "the last rank starts")),
                     (pp * (m + pp - 1) * (f + b), ("that adds up all pp ranks' time; the makespan is one wall-clock "
                                                    "span")),
                 ]) or "it must hold for any f and b, not only b = 2f"
-                fail(f"makespan({pp}, {m}, f={f}, b={b}) = {got:g}, but simulating {name} gives {want}: {why}")
+                fail(f"makespan({pp}, {m}, f={f}, b={b}) = {got:g} is not the makespan of a simulated {name} step: "
+                     f"{why} {DERIVATION}")
 
 
 SCENARIOS = {  # name -> (schedule, pp, M, chunks, cost keywords), stated the same way in the notebook
@@ -123,13 +129,13 @@ SCENARIOS = {  # name -> (schedule, pp, M, chunks, cost keywords), stated the sa
 }
 WHY_EXACT = {
     "gpipe, f=1, b=2": "GPipe has the same critical path as 1F1B with equal stages",
-    "1f1b, f=1, b=3": "the F:B ratio cancels out: fill and drain are (pp-1)(f+b) for any f and b",
-    "1f1b, M < pp (pp=8, M=4)": "fill and drain still cost (pp-1) slots each, however few microbatches there are",
+    "1f1b, f=1, b=3": "the F:B ratio cancels out: fill and drain grow with f + b, as the work does",
+    "1f1b, M < pp (pp=8, M=4)": "fill and drain still cost the same slots, however few microbatches there are",
 }
 WHY_NOT = {
     "1f1b, last stage 1.5x slower": "a slow stage sets the beat for every rank, so the others idle more",
     "1f1b, P2P latency 0.1": "every hop of fill and drain (and of the steady state) waits for a transfer",
-    "interleaved, v=2": "fill and drain take chunk-sized steps: the bubble is (pp-1)/(vM+pp-1)",
+    "interleaved, v=2": "fill and drain take chunk-sized steps, so the idle share changes",
 }
 
 
@@ -149,9 +155,10 @@ def check_assumptions(formula_exact) -> None:
             if got == exact:
                 continue
             if exact:
-                fail(f"formula_exact[{key!r}] is False, but the simulator gives exactly {formula}: {WHY_EXACT[key]}")
-            fail(f"formula_exact[{key!r}] is True, but the simulator gives {float(result.bubble_fraction):.4f}, not "
-                 f"{formula} = {float(formula):.4f}: {WHY_NOT[key]}")
+                fail(f"formula_exact[{key!r}] is False, but there the simulated bubble is exactly the formula's: "
+                     f"{WHY_EXACT[key]} {NOT_IN_FORMULA}")
+            fail(f"formula_exact[{key!r}] is True, but there the simulated bubble is not the formula's: "
+                 f"{WHY_NOT[key]} {NOT_IN_FORMULA}")
     parts.done()
 
 
@@ -168,13 +175,13 @@ def check_pp8(pp8) -> None:
         why = first_match(got, [
             (100 * exp, "give a fraction between 0 and 1, not a percentage"),
             (r.bubble_over_ideal if key != "bubble_over_ideal" else r.bubble_fraction,
-             "that is the other definition: 7/16 is bubble over ideal time (Megatron), 7/23 the idle share"),
+             "that is the other definition: bubble over the ideal time (Megatron's) is not the idle share of the step"),
             (1 - r.bubble_over_ideal, ("1 - (pp-1)/M mixes the definitions: (pp-1)/M is relative to the ideal "
-                                       "time, so the utilisation is M/(M+pp-1)")),
+                                       "time, not to the step")),
             (r.bubble_fraction if key == "utilisation" else 1 - r.bubble_fraction,
              "bubble and utilisation are swapped"),
         ], rel=2e-3) or "simulate build_schedule('1f1b', 8, 16) and read the result's metrics"
-        fail(f"pp8[{key!r}] = {got:.4g} is wrong for PP8/M16: {why}")
+        fail(f"pp8[{key!r}] = {got:.4g} is wrong for PP8/M16: {why} {DERIVATION}")
 
 
 # -- M044 main: three losses the formula leaves out ------------------------------------------------
@@ -227,11 +234,11 @@ def check_losses(losses, invisible_to_bubble, largest_loss) -> None:
             elif _same(fwd, rel) and not _same(bwd, [2 * x for x in rel]):
                 why = "the forwards are right; each stage's backward is 2x its own forward"
             else:
-                why = (f"the stage forwards should be {', '.join(f'{x:.3g}' for x in rel)} (FLOPs relative to "
-                       f"stage 1), got {', '.join(f'{float(x):.3g}' for x in fwd)}")
+                why = (f"the stage forwards {', '.join(f'{float(x):.3g}' for x in fwd)} are not each stage's FLOPs "
+                       "relative to stage 1's")
         elif key == "p2p":
             why = ("no transfer costs anything: pass p2p_latency" if not any(comm)
-                   else f"each transfer should cost {float(P2P_SLOT):g}, got {float(comm[0]):g}")
+                   else f"a transfer costs {float(comm[0]):g}, not the latency the scenario states")
         else:
             if close(float(fwd[0]), 1 + (1 - KERNEL_EFFICIENCY)):
                 why = (f"{KERNEL_EFFICIENCY:.0%} efficiency makes every op 1/{KERNEL_EFFICIENCY} = 1.25x as long, "
@@ -239,23 +246,20 @@ def check_losses(losses, invisible_to_bubble, largest_loss) -> None:
             elif close(float(fwd[0]), 1.0):
                 why = "the ops are not slower: at 80% efficiency each takes 1/0.8 of its time, forward and backward"
             else:
-                why = (f"forward 1/0.8 = 1.25 and backward 2.5 on every stage, got fwd={float(fwd[0]):g}, "
-                       f"bwd={float(bwd[0]):g}")
-        fail(f"losses[{key!r}] has makespan {float(got.makespan):.4g}, expected {float(exp.makespan):.4g}: {why}")
+                why = (f"fwd={float(fwd[0]):g}, bwd={float(bwd[0]):g}: at 80% efficiency every op, forward and "
+                       "backward, takes 1/0.8 of its time")
+        fail(f"losses[{key!r}] has makespan {float(got.makespan):.4g}, not the scenario's: {why} {NOT_IN_FORMULA}")
     formula = want["kernel"].bubble_fraction
     changed = {k: r.bubble_fraction for k, r in want.items() if not close(r.bubble_fraction, formula)}
     if invisible_to_bubble != "kernel":
         shown = describe(invisible_to_bubble)
-        extra = (f": its bubble_fraction is {changed[invisible_to_bubble]:.1%}, not 7/23 = {formula:.1%}"
-                 if invisible_to_bubble in changed else "")
+        extra = ": its bubble_fraction moves away from the formula's" if invisible_to_bubble in changed else ""
         fail(f"invisible_to_bubble is {shown}{extra}; the loss the bubble fraction cannot see is the one that "
-             "makes ops slower (busy time, not idle time): its bubble stays at 7/23 while the step grows")
+             "makes ops slower (busy time, not idle time): its bubble stays the formula's while the step grows")
     biggest = max(want, key=lambda k: want[k].makespan)
     if largest_loss != biggest:
-        spans = ", ".join(f"{k} {float(r.makespan):.1f}" for k, r in want.items())
-        ideal = _sim(PP8, M16).makespan
-        fail(f"largest_loss is {describe(largest_loss)}, but the makespans are {spans} (equal stages: {ideal:g}): "
-             "the largest loss is the one with the longest step")
+        fail(f"largest_loss is {describe(largest_loss)}, not the loss with the longest step: compare the makespans "
+             f"of your three simulations {NOT_IN_FORMULA}")
 
 
 # -- measured traces: the real run's and synthetic ones built from simulations --------------------
@@ -329,7 +333,7 @@ def check_measured_bubble(measured_bubble, traces) -> None:
             continue
         why = first_match(got, _idle_share_variants(trace)) or \
             "sum every rank's idle gaps (Timeline.from_trace(trace).idle_gaps) and divide by pp x makespan"
-        fail(f"measured_bubble on {label} = {got:.4f}, expected {want:.4f}: {why}")
+        fail(f"measured_bubble on {label} = {got:.4f} is not the trace's idle share: {why} {NOT_IN_FORMULA}")
 
 
 # -- M044 follow-up: the question bank's 2.59x decomposed ---------------------------------------------------
@@ -371,16 +375,16 @@ def check_follow_bubble(measured_efficiency, bound_speedup, factors) -> None:
     if not expect_rounded(bound, speed["bubble"], "bound_speedup", min_decimals=2):
         why = first_match(bound, [
             (PP8 * (1 - Fraction(PP8 - 1, M16)), ("1 - (pp-1)/M mixes the definitions: (pp-1)/M is relative to "
-                                                  "the ideal time, so the bound is pp x M/(M+pp-1)")),
-            (Fraction(M16, M16 + PP8 - 1), "that is the utilisation; the speedup bound is pp times it"),
+                                                  "the ideal time, not to the step")),
+            (Fraction(M16, M16 + PP8 - 1), "that is the utilisation of one GPU; the bound counts all 8"),
             (PP8, "8x ignores fill and drain"),
-        ], rel=2e-3) or "pp x M/(M+pp-1): 8 GPUs, each busy M of the (M+pp-1) slots"
-        fail(f"bound_speedup = {bound:.4g}: {why}")
+        ], rel=2e-3) or "8 GPUs, each busy only outside the bubble"
+        fail(f"bound_speedup = {bound:.4g}: {why} {NOT_IN_FORMULA}")
     got = _factor(factors, "bubble")
     want, _ = expected_factors()
     if not close(got, want["bubble"], rel=1e-4):
-        fail(f"factors['bubble'] = {got:.4g}, but decompose_speedup gives {want['bubble']:.4f}: use the factor "
-             "column (each row's ratio to the row above), not the speedup left")
+        fail(f"factors['bubble'] = {got:.4g} is not decompose_speedup's bubble factor: use the factor column (each "
+             "row's ratio to the row above), not the speedup left")
 
 
 @check
@@ -393,24 +397,24 @@ def check_follow_imbalance(param_ratio, factors) -> None:
     got = expect_number(param_ratio, "param_ratio")
     if not expect_rounded(got, want, "param_ratio", min_decimals=2):
         why = first_match(got, [
-            (max(params) / (sum(params) / PP8), ("that is max/mean; the question bank's 2.76x is the largest stage "
-                                                 "over the smallest")),
+            (max(params) / (sum(params) / PP8), "that is max/mean; the question bank's ratio is the largest stage "
+                                                "over the smallest"),
             (max(flops) / min(flops), "that is the forward-FLOPs ratio; the question bank quotes parameters"),
             (max(params) / params[-1], ("stage 0 over stage 7: both endpoints are big (embedding, output layer); "
                                         "compare with a middle stage")),
         ], rel=2e-3) or "max over min of the per-stage parameters of stage_costs(even_layout(16, 8), bank-pp8, 8)"
-        fail(f"param_ratio = {got:.4g}, expected {want:.2f}: {why}")
+        fail(f"param_ratio = {got:.4g} is not the per-stage parameter ratio: {why}")
     exp, _ = expected_factors()
     speed = _speedups()
     got = _factor(factors, "stage imbalance")
     if not close(got, exp["stage imbalance"], rel=1e-4):
         why = first_match(got, [
-            (1 / want, ("1/2.76 treats time as proportional to parameters; the simulator runs on stage times, which "
+            (1 / want, ("that treats time as proportional to parameters; the simulator runs on stage times, which "
                         "follow FLOPs")),
             (speed["stage imbalance"], ("that is the speedup left after the imbalance; the factor is its ratio to "
                                         "the row above")),
         ]) or "build stage_fwd from each stage's fwd_flops / 100e12 and stage_bwd = 2 x stage_fwd"
-        fail(f"factors['stage imbalance'] = {got:.4g}, expected {exp['stage imbalance']:.4f}: {why}")
+        fail(f"factors['stage imbalance'] = {got:.4g} is not decompose_speedup's imbalance factor: {why}")
 
 
 @check
@@ -427,13 +431,13 @@ def check_follow_p2p(p2p_latency_s, factors) -> None:
                                            "in a transfer of its own")),
             (LATENCY_US + 8 * one / GBPS, "GB/s are gigabytes, not gigabits: do not multiply the bytes by 8"),
             (latency * 1e6, "give seconds, not microseconds"),
-        ], rel=1e-3) or f"20 us + boundary_bytes(bank-pp8) / 10e9 (one transfer is {one:,} bytes)"
-        fail(f"p2p_latency_s = {got:.4g}, expected {latency * 1e6:.1f} us in seconds: {why}")
+        ], rel=1e-3) or "the fixed 20 us plus one boundary tensor of bank-pp8 over 10 GB/s"
+        fail(f"p2p_latency_s = {got:.4g} is not one transfer's time, in seconds: {why}")
     for name in ("P2P", "remainder"):
         got = _factor(factors, name)
         if not close(got, exp[name], rel=1e-4):
-            fail(f"factors[{name!r}] = {got:.4g}, expected {exp[name]:.4f}: pass p2p_latency_s and measured=2.59 to "
-                 "decompose_speedup and take each row's factor")
+            fail(f"factors[{name!r}] = {got:.4g} is not decompose_speedup's: pass p2p_latency_s and measured=2.59 "
+                 "to it and take each row's factor")
     product = math.prod(_factor(factors, k) for k in ("bubble", "stage imbalance", "P2P", "remainder"))
     if not close(product * PP8, BANK_SPEEDUP, rel=1e-4):
         fail(f"the factors multiply to {product * PP8:.3f}x, not the measured 2.59x")
@@ -485,7 +489,7 @@ def check_plan(timeline_plan, traces) -> None:
                 "achievable": "simulate_from_trace(trace).makespan",
                 "balanced": "the same schedule with every stage at the mean service time (F and B), no P2P latency",
             }[key]
-            fail(f"timeline_plan(...)[{key!r}] on {label} = {value:.6g}, expected {want[key]:.6g}: {why}")
+            fail(f"timeline_plan(...)[{key!r}] on {label} = {value:.6g} is not the trace's: {why}")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

@@ -15,6 +15,7 @@ from ...grading.parts import Parts
 
 from .common import (
     LabCheckFailed,
+    book,
     call,
     check,
     close,
@@ -29,6 +30,8 @@ from .common import (
 )
 from .m044 import _sim
 
+FIXED_B = book("bubble", "Fixed micro-batch size: more work per step")  # where the book teaches it
+FIXED_GBS = book("bubble", "Fixed global batch: smaller micro-batches")
 M045 = {"pp": 8, "alpha": 0.5, "beta": 1.0, "overhead": 50.0, "b": 4, "gbs": 64, "ms": (8, 16, 32, 64)}
 
 
@@ -49,12 +52,12 @@ def check_gain(throughput_gain, cases) -> None:
         why = first_match(got, [
             (r2.makespan / r1.makespan, ("that is the ratio of step times: the step gets longer, but it processes more "
                                          "samples -- compare samples per unit of time")),
-            (Fraction(m2, m1),
-             f"M2/M1 ignores the bubble: the step grows too, by {float(r2.makespan / r1.makespan):.3f}x"),
+            (Fraction(m2, m1), "M2/M1 ignores the bubble: the step grows too"),
             (r1.bubble_fraction / r2.bubble_fraction, "the ratio of bubble fractions is not a throughput ratio"),
             (1 / want, "the ratio is upside down: throughput at M2 over throughput at M1"),
         ]) or "samples per unit of time (M / makespan, fixed micro-batch size) at M2 over the same at M1"
-        fail(f"throughput_gain({pp}, {m1}, {m2}) = {got:.4g}, expected {float(want):.4g}: {why}")
+        fail(f"throughput_gain({pp}, {m1}, {m2}) = {got:.4g} is not the gain in samples per unit of time: {why} "
+             f"{FIXED_B}")
 
 
 def _own_global_batch(global_batch, b, m, dp):
@@ -76,9 +79,9 @@ def check_gbs(global_batch, updates_per_epoch, micro_batch_size, cases) -> None:
             gbs = b * m * dp
             got = call(global_batch, b, m, dp, name="global_batch")
             if got != gbs:
-                why = ("data-parallel replicas each run M microbatches: multiply by dp too" if got == b * m
-                       else "GBS = micro-batch size x microbatches x data-parallel size")
-                fail(f"global_batch(b={b}, M={m}, dp={dp}) = {describe(got)}, expected {gbs}: {why}")
+                why = ("data-parallel replicas each run M microbatches too" if got == b * m
+                       else "count the sequences one optimizer step consumes, over every replica")
+                fail(f"global_batch(b={b}, M={m}, dp={dp}) = {describe(got)}: {why} {FIXED_B}")
     with parts.part():
         for b, m, dp, samples in cases:
             gbs = b * m * dp
@@ -89,18 +92,19 @@ def check_gbs(global_batch, updates_per_epoch, micro_batch_size, cases) -> None:
             if got == -(-samples // gbs):
                 why = "count full steps only (floor), a partial batch is dropped"
             elif got == samples // (b * m):
-                why = "each update consumes b x M x dp samples; you left out dp"
+                why = "each update consumes a global batch, over every data-parallel replica"
             else:
                 why = "each optimizer update consumes one global batch"
-            fail(f"updates_per_epoch({samples}, b={b}, M={m}, dp={dp}) = {describe(got)}, expected {samples // gbs}: "
-                 f"{why} -- at a fixed micro-batch size, more M means fewer, larger updates: a different training run")
+            fail(f"updates_per_epoch({samples}, b={b}, M={m}, dp={dp}) = {describe(got)}: {why} -- at a fixed "
+                 "micro-batch size, more M means fewer, larger updates: a different training run")
     with parts.part():
         for b, m, dp, samples in cases:
             gbs = b * m * dp
             got = call(micro_batch_size, gbs, m, dp, name="micro_batch_size")
             if got != b:
-                why = "divide by dp as well as M" if got == gbs // m else "b = GBS / (M x dp)"
-                fail(f"micro_batch_size(GBS={gbs}, M={m}, dp={dp}) = {describe(got)}, expected {b}: {why}")
+                why = ("the data-parallel replicas share the global batch too" if got == gbs // m
+                       else "which sizes multiply to the global batch?")
+                fail(f"micro_batch_size(GBS={gbs}, M={m}, dp={dp}) = {describe(got)}: {why} {FIXED_B}")
         for gbs, m, dp in ((64, 3, 1), (96, 8, 8)):
             expect_raises(micro_batch_size, gbs, m, dp, name="micro_batch_size",
                           why=f"{gbs} sequences do not split into {m} x {dp} equal micro-batches (rounding would "
@@ -143,7 +147,7 @@ def check_fixed_gbs(fixed_gbs_point, cases) -> None:
                 (_sim(pp, m, fwd=alpha + beta * b, bwd=alpha + 2 * beta * b).makespan,
                  "the backward costs 2x the whole forward, overhead included"),
             ]) or "simulate 1F1B with fwd = alpha + beta x b and bwd = 2 x fwd"
-            fail(f"{label}['step_time'] = {t:.6g}, expected {want['step_time']:.6g}: {why}")
+            fail(f"{label}['step_time'] = {t:.6g} is not the simulated step: {why}")
     with parts.part():
         for (pp, gbs, m, alpha, beta), label, got in results:
             want = expected_point(pp, gbs, m, alpha, beta)
@@ -152,12 +156,13 @@ def check_fixed_gbs(fixed_gbs_point, cases) -> None:
             if close(peak, want["peak_sequences"], rel=1e-6):
                 continue
             why = first_match(peak, [
-                (gbs, "that is GPipe's peak (all M microbatches); under 1F1B rank 0 keeps min(pp, M)"),
-                (min(pp, m), "that counts microbatches; multiply by the b sequences each one holds"),
-                (pp * b, "rank 0 keeps min(pp, M) microbatches: with M < pp there are only M"),
-                ((pp - 1) * b, "rank 0 holds pp - 1 warmup forwards plus the one whose backward comes next"),
-            ]) or "the worst rank's live microbatches x b sequences (simulate with activation_bytes=b)"
-            fail(f"{label}['peak_sequences'] = {peak:g}, expected {want['peak_sequences']:g}: {why}")
+                (gbs, ("that is GPipe's peak (all M microbatches); in 1F1B a backward frees a microbatch before "
+                       "rank 0 has forwarded them all")),
+                (min(pp, m), "that counts microbatches; a microbatch holds b sequences"),
+                (pp * b, "with M < pp rank 0 cannot keep pp microbatches"),
+                ((pp - 1) * b, "that counts rank 0's warmup forwards only; one more is live before its first backward"),
+            ]) or "the worst rank's live microbatches, in sequences (simulate with activation_bytes=b)"
+            fail(f"{label}['peak_sequences'] = {peak:g} is not the worst rank's peak in sequences: {why} {FIXED_GBS}")
     parts.done()
 
 
@@ -184,13 +189,11 @@ def check_confounders(confounders, pairs) -> None:
         if "microbatches" in got:
             fail(f"{label} lists 'microbatches': M is the variable under study, not a confounder")
         if "micro_batch_size" in got:
-            fail(f"{label} lists 'micro_batch_size': at a fixed global batch b = GBS/(M x dp) must change with M -- "
-                 "it is part of the treatment")
+            fail(f"{label} lists 'micro_batch_size': at a fixed global batch b must change with M -- it is part of "
+                 "the treatment")
         if "global_batch" in want - got:
-            ga = a["micro_batch_size"] * a["microbatches"] * a["dp"]
-            gb = b["micro_batch_size"] * b["microbatches"] * b["dp"]
-            fail(f"{label} misses 'global_batch': b x M x dp is {ga} in one run and {gb} in the other, so the two runs "
-                 "optimise differently (compute it: it is not a key of the runs)")
+            fail(f"{label} misses 'global_batch': the two runs do not consume the same global batch per update, so "
+                 f"they optimise differently (compute it: it is not a key of the runs) {FIXED_GBS}")
         missing, extra = sorted(want - got), sorted(got - want)
         if missing:
             fail(f"{label} misses {missing}: they differ between the runs, so a difference in speed could come "
@@ -251,8 +254,8 @@ def check_schemes(scheme_throughput, cases) -> None:
             g = kw["gbs"]
             cands.append((m * g / (_sim(pp, m, fwd=alpha + beta * g, bwd=2 * (alpha + beta * g)).makespan + overhead),
                           "with gbs given, each microbatch holds b = gbs/M sequences"))
-        why = first_match(got, cands) or "samples (M x b) over (makespan + overhead), with fwd = alpha + beta x b"
-        fail(f"{label} = {got:.6g}, expected {want:.6g}: {why}")
+        why = first_match(got, cands) or "count samples per unit of time, the per-step overhead included"
+        fail(f"{label} = {got:.6g} is not the scheme's throughput: {why} {FIXED_GBS}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -284,8 +287,8 @@ def check_confounder(confounder, amortisation) -> None:
             (total, "that is the whole gain; divide out the part the schedule explains (the run without overhead)"),
             (schedule_only, "that is the part the schedule (bubble) explains; the confounder is the rest"),
             (schedule_only / total, "the ratio is upside down: total gain / schedule-only gain"),
-        ]) or "gain with the overhead / gain with overhead=0, both for the fixed-b sweep from M=8 to M=64"
-        fail(f"amortisation = {got:.4g}, expected {want:.4f}: {why}")
+        ]) or "compare the fixed-b sweep's gain from M=8 to M=64 with the overhead and without it"
+        fail(f"amortisation = {got:.4g} is not the part of the gain the schedule does not explain: {why} {FIXED_B}")
 
 
 @check
@@ -298,14 +301,13 @@ def check_conclusion(more_m_better, best_m_fixed_gbs) -> None:
         expect_type(got, bool, f"more_m_better[{key!r}]")
         want = sweep[hi] > sweep[lo]
         if got != want:
-            fail(f"more_m_better[{key!r}] is {got}, but the {key} throughput goes from {sweep[lo]:.4f} at M={lo} to "
-                 f"{sweep[hi]:.4f} at M={hi}: the interview question bank's 'more M is better' holds in one "
-                 "scheme only")
+            fail(f"more_m_better[{key!r}] is {got}: compare the {key} throughputs of your sweep at M={lo} and "
+                 f"M={hi} -- the interview question bank's 'more M is better' holds in one scheme only")
     best = max(fixed_gbs, key=fixed_gbs.get)
     if best_m_fixed_gbs != best:
-        fail(f"best_m_fixed_gbs is {describe(best_m_fixed_gbs)}; the fixed-GBS throughputs are "
-             + ", ".join(f"M={m}: {v:.4f}" for m, v in fixed_gbs.items())
-             + " -- past the best M the per-op overhead of ever smaller micro-batches wins over the shrinking bubble")
+        fail(f"best_m_fixed_gbs is {describe(best_m_fixed_gbs)}, not the M of the highest fixed-GBS throughput of "
+             "your sweep -- past the best M the per-op overhead of ever smaller micro-batches wins over the shrinking "
+             f"bubble {FIXED_GBS}")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

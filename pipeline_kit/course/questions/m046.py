@@ -17,6 +17,7 @@ from ...sim import simulate
 from ...grading.parts import fail_choices, Parts, plural
 from .common import (
     LabCheckFailed,
+    book,
     call,
     check,
     describe,
@@ -29,6 +30,7 @@ from .common import (
     plain,
 )
 
+ON_THE_WIRE = book("p2p", "What is on the wire")  # where the book teaches what these checks find
 RUN = ("--schedule", "1f1b", "-m", "8", "--steps", "1", "--layers", "4", "--hidden", "32", "--p2p-timeout", "2")
 """The ``pipeline_kit.run`` arguments of the lab's real runs (each adds ``--inject FAULT``)."""
 
@@ -151,8 +153,8 @@ def check_boundary_messages(fn, cases) -> None:
                     fail(f"{what}: the last stage (stage {pp - 1}) sends no activation: it computes the loss")
                 missing, extra = want - got, got - want
                 if missing:
-                    fail(f"{what} misses {plural(len(missing), repr(tensor) + ' message')}, e.g. {min(missing)}; "
-                         f"there is one per microbatch ({m}) and boundary ({pp - 1})")
+                    fail(f"{what} misses {plural(len(missing), repr(tensor) + ' message')}: there is one per "
+                         f"microbatch and boundary {ON_THE_WIRE}")
                 fail(f"{what} has {plural(len(extra), repr(tensor) + ' message')} that "
                      f"{'does' if len(extra) == 1 else 'do'} not exist, e.g. {min(extra, key=str)}")
     parts.done()
@@ -291,7 +293,7 @@ def check_varlen(fn, cases, own=None) -> None:
         if got == want / 2:
             fail(f"{what} = {got:,.0f} counts only the forward activations; gradients go back too")
         if got == want / (pp - 1):
-            fail(f"{what} = {got:,.0f} is one boundary; the pipeline has pp - 1 = {pp - 1}")
+            fail(f"{what} = {got:,.0f} is one boundary; count every boundary of the pipeline {ON_THE_WIRE}")
         fail(f"{what} = {got:,.0f}: each microbatch's activation crosses each of the (pp - 1) boundaries forward "
              "and its gradient comes back, at that microbatch's own s")
 
@@ -326,7 +328,7 @@ def check_recv_buffer(fn, cases) -> None:
                      f"{len(shape)} dimensions are real")
             if got == tuple(meta.tolist()):
                 fail(f"{what} has shape {got}: meta[0] is the number of dimensions, not a dimension")
-            fail(f"{what} has shape {got}, expected {tuple(shape)}")
+            fail(f"{what} has shape {got}, not the shape the meta describes: meta[0] dimensions follow it")
     with parts.part():
         for shape, dtype in cases:
             buf = results((shape, dtype))
@@ -379,10 +381,10 @@ def check_bank_link(value, send=None, pp: int = 8, microbatches: int = 16) -> No
     if any(got == 2 * microbatches * (pp - 1) * one for one in sends):
         fail("bank_link_bytes is what the whole pipeline carries; the question asks for one boundary link")
     if any(got == 2 * pp * one for one in sends):
-        fail(f"bank_link_bytes is {got:,.0f}: that is 2 x pp sends; a link carries 2 x M transfers, M = "
-             f"{microbatches} microbatches")
-    fail(f"bank_link_bytes is {got:,.0f}, not 2 x M = {2 * microbatches} transfers of one boundary tensor (one "
-         "send each)")
+        fail(f"bank_link_bytes is {got:,.0f}: that counts per stage; a link carries every microbatch's activation "
+             f"one way and its gradient back {ON_THE_WIRE}")
+    fail(f"bank_link_bytes is {got:,.0f}, not what one boundary link carries in a step: every microbatch's "
+         f"activation one way and its gradient back {ON_THE_WIRE}")
 
 
 @check
@@ -400,16 +402,16 @@ def check_step_bytes(fn, cases) -> None:
         one = boundary_bytes(spec)
         if got == 2 * m * one:
             fail(f"{what} is what one boundary link carries (the interview question bank's 2*m*B*S*H*2); the "
-                 f"pipeline has {vol['boundaries']} boundaries")
+                 f"question asks for the whole pipeline, every boundary {ON_THE_WIRE}")
         if got == want / 2:
             fail(f"{what} = {got:,.0f} counts one direction; every activation's gradient comes back")
         if chunks > 1 and got == 2 * m * (pp - 1) * one:
-            fail(f"{what} = {got:,.0f} uses (pp - 1) boundaries; with {chunks} chunks per rank there are "
-                 f"pp*v - 1 = {vol['boundaries']} virtual-stage boundaries, all crossing ranks")
+            fail(f"{what} = {got:,.0f} uses (pp - 1) boundaries; with {chunks} chunks per rank every virtual-stage "
+                 "boundary crosses ranks, the wrap-arounds from the last rank back to rank 0 included")
         if got == 2 * m * pp * chunks * one:
-            fail(f"{what} = {got:,.0f}: {pp * chunks} stages have {pp * chunks - 1} boundaries, not {pp * chunks}")
-        fail(f"{what} = {got:,.0f}, not 2 x M transfers of one boundary tensor on each of the pp*chunks - 1 = "
-             f"{vol['boundaries']} boundaries")
+            fail(f"{what} = {got:,.0f} counts one boundary per stage; the last stage sends nothing on")
+        fail(f"{what} = {got:,.0f} is not the step's P2P bytes: count every boundary's transfers, both directions "
+             f"{ON_THE_WIRE}")
 
 
 @check
@@ -468,9 +470,8 @@ def check_accounting(fn, cases) -> None:
                              "message, a second message on the wire")
                     if not send_shapes and g == 2 * transfers:
                         fail(f"{what} = {g:,.0f}: without --send-shapes each transfer is one message")
-                    fail(f"{what} = {g:,.0f}, expected {plural(transfers * (2 if send_shapes else 1), 'message')}: "
-                         f"{transfers} transfers (one per microbatch, boundary and direction)"
-                         f"{', each with its shape message' if send_shapes else ''}")
+                    fail(f"{what} = {g:,.0f} is not the step's messages: one transfer per microbatch, boundary and "
+                         f"direction{', each with its shape message' if send_shapes else ''}")
                 if key == "host_copy_bytes":
                     ok = {2 * logical, 2 * got["logical_bytes"]} if via_host else {0}
                     if g in ok:

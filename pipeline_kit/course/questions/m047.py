@@ -16,6 +16,7 @@ from .grader_runs import GRAD_RUN, cfg_from_run, check_grad_run, grader_run, spe
 from .live import check_build_stage  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
 from ...grading.parts import Parts, plural
 from .common import (
+    book,
     call,
     check,
     close,
@@ -27,6 +28,9 @@ from .common import (
     expect_type,
     fail,
 )
+
+OFFSET = book("stages", "pre_process, post_process and the layer offset")  # where the book teaches it
+COUNTED = book("stages", "The endpoint imbalance, counted")
 
 
 def small_cfg(**kw):
@@ -92,7 +96,7 @@ def check_stage_parts(fn, cases) -> None:
                 fail(f"{what}['layers'] is {mine}: number layers globally, so layer i has the same name and "
                      "parameters wherever it lives")
             if len(mine) != len(want):
-                fail(f"{what}['layers'] has {plural(len(mine), 'layer')}, not {len(want)}: {layers} layers over "
+                fail(f"{what}['layers'] has {plural(len(mine), 'layer')}, not this stage's share: {layers} layers over "
                      f"{plural(n, 'stage')} give the first stages one extra each when it does not divide "
                      "(split_layers)")
             fail(f"{what}['layers'] is {mine}: the stages hold consecutive global layer numbers, stage 0 the first "
@@ -114,20 +118,20 @@ def _io_feedback(what, key, v, t, s, n, mbs, cfg) -> None:
     want_shape = tuple(t.shape)
     if dtype != t.dtype:
         if key == "input" and s == 0:
-            fail(f"{what}: the first stage takes token ids ({t.dtype}), not {describe(dtype)}: pre_process means "
-                 "the embedding lookup happens here")
+            fail(f"{what}: the first stage takes token ids, not {describe(dtype)}: pre_process means "
+                 f"the embedding lookup happens here {OFFSET}")
         if key == "input":
-            fail(f"{what}: stage {s} takes the previous stage's activation ({t.dtype}), not {describe(dtype)}")
-        fail(f"{what}['output'] dtype is {describe(dtype)}, not {t.dtype} (give a torch dtype, e.g. torch.float32)")
+            fail(f"{what}: stage {s} takes the previous stage's activation, not {describe(dtype)}")
+        fail(f"{what}['output'] dtype is {describe(dtype)}, not what stage {s} returns (give a torch dtype)")
     if shape != want_shape:
         if key == "output" and s == n - 1 and shape == (mbs, cfg.seq_len, cfg.hidden):
-            fail(f"{what}: the last stage returns logits over the vocabulary ({want_shape}); the loss is "
-                 "applied to them by the caller")
+            fail(f"{what}: the last stage returns logits over the vocabulary; the loss is applied to them by the "
+                 f"caller {OFFSET}")
         if key == "output" and s < n - 1 and shape == (mbs, cfg.seq_len, cfg.vocab):
             fail(f"{what}: only the last stage has the output layer; stage {s} returns hidden states")
         if isinstance(shape, tuple) and len(shape) == len(want_shape) and sorted(shape) == sorted(want_shape):
-            fail(f"{what}[{key!r}] shape {shape}: the kit's runtime is batch-first, {want_shape}")
-        fail(f"{what}[{key!r}] shape is {describe(shape)}, expected {want_shape} (a tuple of ints, batch first)")
+            fail(f"{what}[{key!r}] shape {shape}: the kit's runtime is batch-first")
+        fail(f"{what}[{key!r}] shape is {describe(shape)}, not stage {s}'s tensor (a tuple of ints, batch first)")
 
 
 @check
@@ -289,13 +293,14 @@ def check_baseline(layers, params) -> None:
     with parts.part():
         got_l = expect_number(layers, "baseline_layers")
         if got_l != per_stage:
-            fail(f"baseline_layers is {got_l:g}: {spec.layers} decoder layers over 8 stages is {per_stage} per stage "
-                 "(an int)")
+            fail(f"baseline_layers is {got_l:g}: how many of the {spec.layers} decoder layers does one of the 8 "
+                 f"stages hold? (an int) {COUNTED}")
     with parts.part():
         got_p = expect_number(params, "baseline_params")
         if got_p != middle.params:
             if got_p == middle.params // per_stage:
-                fail(f"baseline_params is {got_p:,.0f}, one decoder layer; a middle stage holds {per_stage}")
+                fail(f"baseline_params is {got_p:,.0f}, one decoder layer; a middle stage holds baseline_layers of "
+                     "them")
             if got_p in (middle.params / 1e6, round(middle.params / 1e6, 1), round(middle.params / 1e6, 2)):
                 fail(f"baseline_params is {got_p:g}, in millions; give the exact count (an int)")
             fail(f"baseline_params is {got_p:,.0f}; count (4 + 2f)h^2 + (9 + f)h per decoder layer (or stage_costs)")
@@ -331,7 +336,7 @@ def _extra_feedback(what, key, got, want, spec) -> None:
         return
     v, h, s = spec.vocab, spec.hidden, spec.seq_len
     if key == "first" and g == v * h:
-        fail(f"{what}['first'] is V*h only: the first stage also holds the position embedding, s*h = {s * h:,}")
+        fail(f"{what}['first'] is V*h only: the first stage also holds the position embedding {COUNTED}")
     if key == "first" and g == v * h + s * h + 2 * h:
         fail(f"{what}['first'] counts a LayerNorm the first stage does not have: the embedding is two tables only")
     if key == "last" and g == v * h:

@@ -11,6 +11,7 @@ import re
 
 from ...schedules import build_schedule, select_schedule
 from .common import (
+    book,
     call,
     check,
     close,
@@ -30,6 +31,8 @@ from .live import (  # noqa: F401 -- live-object checks (live.py)
     check_vocab_parallel,
 )
 
+MAX_TRICK = book("stages", "Getting the loss to the log: the question bank's MAX trick")  # where the book teaches it
+THREE_PATHS = book("stages", "Three paths that must not be confused")
 PRODUCTION = {
     "broadcast_from_last_stage": None,
     "all_reduce_max": "the interview question bank's trick: wrong for a negative loss and, with DP > 1, it logs "
@@ -89,7 +92,7 @@ def check_dp_log(fn, cases) -> None:
                  "and the log shows their mean")
         if close(got, want * len(replicas), rel=1e-9):
             fail(f"{what} is {got:.4f}, the sum over replicas; average them")
-        fail(f"{what} is {got:.4f}, expected {want:.4f}")
+        fail(f"{what} is {got:.4f}, not the mean over every replica's microbatches {MAX_TRICK}")
 
 
 @check
@@ -105,9 +108,10 @@ def check_contributions(fn, cases) -> None:
         if [float(x) for x in got] == want:
             continue
         if float(got[0]) == loss and owner != 0:
-            fail(f"{what}: rank 0 has no loss -- it holds the embedding, not the output layer. Only rank {owner}, "
-                 "the last stage, has a non-zero value")
-        fail(f"{what} is {describe(list(got))}: the last stage (rank {owner}) contributes the loss, every other rank 0")
+            fail(f"{what}: rank 0 has no loss -- it holds the embedding, not the output layer. Which rank holds "
+                 f"the last stage? {THREE_PATHS}")
+        fail(f"{what} is {describe(list(got))}: only the rank that holds the last stage has a loss to contribute "
+             f"{THREE_PATHS}")
 
 
 def max_trick(dp_losses, pp, op):
@@ -137,8 +141,8 @@ def check_max_trick(logged_by, max_ok, cases, pp=4) -> None:
                 if wrong is not None:
                     continue
                 if op == "max" and close(got, max(dp_losses), rel=1e-9):
-                    wrong = (f"{what} is {got:g}: the other ranks' zeros take part in the reduction too, and "
-                             f"0 > {max(dp_losses):g}")
+                    wrong = (f"{what} is {got:g}: the other ranks' zeros take part in the reduction too -- which "
+                             f"value wins? {MAX_TRICK}")
                 elif op == "sum" and close(got, sum(dp_losses) * pp, rel=1e-9) and any(dp_losses):
                     wrong = f"{what} is {got:g}: only the last stage of each replica puts its loss in, the others 0"
                 else:
@@ -158,7 +162,7 @@ def check_max_trick(logged_by, max_ok, cases, pp=4) -> None:
             why = ("a negative loss loses to the other ranks' zeros" if min(dp_losses) < 0 else
                    "with several data-parallel replicas MAX logs the largest, not the mean" if len(set(dp_losses)) > 1
                    else "one non-negative value and zeros: MAX returns it")
-            fail(f"max_trick_ok({list(dp_losses)}) is {describe(got_ok)}, not {not got_ok}: {why}")
+            fail(f"max_trick_ok({list(dp_losses)}) is {describe(got_ok)}: {why} {MAX_TRICK}")
     parts.done()
 
 
@@ -177,7 +181,7 @@ def check_production(log_rank, choice, cases) -> None:
                 why = (" (that is the last virtual stage's index; give the pipeline rank that holds it)"
                        if vpp and got == pp * vpp - 1 else "")
                 fail(f"production_log_rank({pp}, {vpp}) is {describe(got)}: log (or broadcast from) the rank holding "
-                     f"the last virtual stage, rank {want}{why}")
+                     f"the last virtual stage{why} {MAX_TRICK}")
     with parts.part():
         if choice not in PRODUCTION:
             fail(f"production_op is {describe(choice)}; give one key of PRODUCTION, a str: {sorted(PRODUCTION)}")

@@ -23,6 +23,7 @@ from ...trace import Timeline
 from ...grading.parts import Parts, listing, plural
 from .common import (
     LabCheckFailed,
+    book,
     call,
     check,
     close,
@@ -49,10 +50,12 @@ from .m049_causes import (  # noqa: F401 -- lab07 re-exports them
     scenario,
 )
 from .synthetic import (
-    _ms,
     _raw_p50,
     lab_trace,
 )
+
+WHAT_TO_MEASURE = book("imbalance", "What to measure")  # where the book teaches what these checks find
+CRITICAL_PATH = book("imbalance", "Recomputing the critical path")
 
 
 # == M049 main ==========================================================================================
@@ -100,16 +103,15 @@ def _service_part(name: str, trace: dict, rows: list[dict], want: list[dict]) ->
             if why in ("raw", "raw_s"):
                 fail(f"{name}, stage {k}: {key} = {value:.4g} is the p50 of the ops' whole durations "
                      f"(end - start), P2P wait included; the service time subtracts the wait inside each op -- "
-                     f"what the stage itself costs, not how long it waited for a neighbour "
-                     f"(p50 service: {_ms(exp[key])})")
+                     "what the stage itself costs, not how long it waited for a neighbour")
             if why == "mean":
                 fail(f"{name}, stage {k}: {key} = {value:.4g} ms is the mean; use the median (p50): one slow "
                      "microbatch moves the mean, not the p50 (p95 is where the outliers show)")
             if why == "s":
                 fail(f"{name}, stage {k}: {key} = {value:.4g} is in seconds (the trace's unit); report ms (the "
                      "value is right otherwise)")
-            fail(f"{name}, stage {k}: {key} = {value:.4g} ms, but the p50 service time of its {kind} ops is "
-                 f"{_ms(exp[key])}")
+            fail(f"{name}, stage {k}: {key} = {value:.4g} ms is not the p50 service time of its {kind} ops "
+                 f"{WHAT_TO_MEASURE}")
 
 
 def _wait_part(name: str, trace: dict, rows: list[dict], want: list[dict]) -> None:
@@ -119,8 +121,8 @@ def _wait_part(name: str, trace: dict, rows: list[dict], want: list[dict]) -> No
             continue
         if close(wait, exp["wait"] / 1e3, abs_=1e-9):
             fail(f"{name}, stage {k}: wait = {wait:.4g} is in seconds; report ms (the value is right otherwise)")
-        fail(f"{name}, stage {k}: wait = {wait:.4g} ms, but the P2P waits of rank {k % trace['pp']} "
-             f"(trace['waits']) add up to {_ms(exp['wait'])}")
+        fail(f"{name}, stage {k}: wait = {wait:.4g} ms is not what the P2P waits of rank {k % trace['pp']} "
+             f"(trace['waits']) add up to {WHAT_TO_MEASURE}")
 
 
 def _idle_part(name: str, trace: dict, rows: list[dict], want: list[dict]) -> None:
@@ -136,7 +138,7 @@ def _idle_part(name: str, trace: dict, rows: list[dict], want: list[dict]) -> No
         if close(idle, exp["idle"] / 1e3, abs_=1e-9):
             fail(f"{name}, stage {k}: idle = {idle:.4g} is in seconds; report ms (the value is right otherwise)")
         fail(f"{name}, stage {k}: idle = {idle:.4g} ms; idle is the step's makespan minus the rank's "
-             f"service times (waits, gaps and the tail after its last op): {_ms(exp['idle'])}")
+             f"service times (waits, gaps and the tail after its last op) {WHAT_TO_MEASURE}")
 
 
 def _slowest_part(slowest_stage, name: str, trace: dict, rows: list[dict] | None, want: list[dict]) -> None:
@@ -153,7 +155,7 @@ def _slowest_part(slowest_stage, name: str, trace: dict, rows: list[dict] | None
              "the P2P waits inside the ops; rank them by p50 service time (F + B), with the waits taken out")
     if 0 <= got_slow < len(total):
         fail(f"slowest_stage({name}) is {got_slow}, but that stage does not have the largest p50 F + B service "
-             f"time ({_ms(total[got_slow])}; the largest is {_ms(max(total))})")
+             f"time {WHAT_TO_MEASURE}")
     fail(f"slowest_stage({name}) is {describe(got_slow)}: not a stage of this {plural(len(total), 'stage')} trace")
 
 
@@ -249,7 +251,7 @@ def _plain_prediction(name: str, trace: dict, got: float) -> None:
     if why == "seconds":
         fail(f"predict_step_ms({name}) = {got:.4g} is in seconds; return ms (the value is right otherwise)")
     fail(f"predict_step_ms({name}) = {got:.4g} ms is not what simulating 1F1B (pp={pp}, M={m}) with the p50 F and B "
-         "service times and the trace's P2P latency (all in ms) gives")
+         f"service times and the trace's P2P latency (all in ms) gives {CRITICAL_PATH}")
 
 
 def _fixed_prediction(predict_step_ms, name: str, trace: dict, own: dict) -> None:
@@ -355,17 +357,17 @@ def check_per_microbatch(per_microbatch, traces) -> None:
                                      "B": want[m] - fwd_only})
             if why == "raw":
                 fail(f"per_microbatch({name}, {stage})[{m}] = {values[m]:.4g} ms includes the P2P wait inside the ops "
-                     f"(raw end - start); the service time of microbatch {m} on stage {stage} is {_ms(want[m])}")
+                     f"(raw end - start); take the service times, the waits subtracted {WHAT_TO_MEASURE}")
             if why == "s":
                 fail(f"per_microbatch({name}, {stage}) is in seconds; report ms")
             if why in ("F", "B"):
                 fail(f"per_microbatch({name}, {stage})[{m}] = {values[m]:.4g} ms is only the {why} op; add the "
-                     f"{'B' if why == 'F' else 'F'} of the same microbatch ({_ms(want[m])} in all)")
+                     f"{'B' if why == 'F' else 'F'} of the same microbatch")
             if sorted(values) == sorted(want) or close(sum(values), sum(want), rel=1e-6):
                 fail(f"per_microbatch({name}, {stage}) has the right times in the wrong order: index by the op's "
-                     f"'microbatch' field, not by position in the trace (microbatch {m} costs {_ms(want[m])})")
-            fail(f"per_microbatch({name}, {stage})[{m}] = {values[m]:.4g} ms, but microbatch {m}'s F + B service time "
-                 f"on stage {stage} is {_ms(want[m])}")
+                     f"'microbatch' field, not by position in the trace (microbatch {m} is off)")
+            fail(f"per_microbatch({name}, {stage})[{m}] = {values[m]:.4g} ms is not microbatch {m}'s F + B service "
+                 f"time on stage {stage} {WHAT_TO_MEASURE}")
 
 
 def expected_metrics_op(trace: dict, stage: int, microbatch: int, kind: str) -> float:
@@ -401,18 +403,17 @@ def check_dynamic(dynamic_stage, traces) -> None:
         if got is None and want is None:
             continue
         if got is None:
-            fail(f"dynamic_stage({name}) is None, but stage {want}'s p95/p50 of F + B per microbatch is {r[want]:.2f}, "
-                 f"above {DYNAMIC_THRESHOLD}")
+            fail(f"dynamic_stage({name}) is None, but a stage's p95/p50 of F + B per microbatch is above "
+                 f"{DYNAMIC_THRESHOLD}")
         got = expect_int(got, f"dynamic_stage({name})")
         if want is None:
-            fail(f"dynamic_stage({name}) is {got}, but no stage's p95/p50 exceeds {DYNAMIC_THRESHOLD} (the largest is "
-                 f"{max(r):.2f}): a stage that is slow on every microbatch is static, not dynamic -- return None")
+            fail(f"dynamic_stage({name}) is {got}, but no stage's p95/p50 exceeds {DYNAMIC_THRESHOLD}: a stage that "
+                 "is slow on every microbatch is static, not dynamic -- return None")
         if got != want:
             slow = expected_slowest(trace)
             hint = (f" -- stage {got} is the slowest by p50, which is a static cost; dynamic means the spread "
                     "between microbatches" if got == slow else "")
-            fail(f"dynamic_stage({name}) is {got} (p95/p50 = {r[got]:.2f}), but stage {want} spreads most "
-                 f"(p95/p50 = {r[want]:.2f}){hint}")
+            fail(f"dynamic_stage({name}) is {got} (p95/p50 = {r[got]:.2f}), but another stage spreads more{hint}")
 
 
 # -- re-split: move one layer --------------------------------------------------------------------------
@@ -467,8 +468,8 @@ def check_move_layer(move_layer, cases) -> None:
         if after[src] == before[src] - 1 and after[dst] == before[dst]:
             fail(f"move_layer({text!r}, {src}, {dst}) = {got!r}: the layer left stage {src} but did not arrive on "
                  f"stage {dst} (layers per stage {before} -> {after})")
-        fail(f"move_layer({text!r}, {src}, {dst}) = {got!r}: layers per stage {before} -> {after}, expected "
-             f"{_counts(parse_layout(want))} (one layer from stage {src} to stage {dst}, the rest unchanged)")
+        fail(f"move_layer({text!r}, {src}, {dst}) = {got!r}: layers per stage {before} -> {after} is not one layer "
+             f"from stage {src} to stage {dst}, the rest unchanged")
 
 
 # -- success metric ------------------------------------------------------------------------------------
@@ -507,16 +508,17 @@ def check_verdict(verdict, pairs) -> None:
         if want == "not comparable":
             diff = [k for k in ("schedule", "pp", "microbatches", "layers") if before.get(k) != after.get(k)]
             fail(f"verdict({name}) is {got!r}, but the runs differ in {', '.join(diff)} "
-                 f"({', '.join(f'{before.get(k)} vs {after.get(k)}' for k in diff)}): a different M is a different "
-                 "global batch and bubble, so the step times cannot be compared -- 'not comparable'")
+                 f"({', '.join(f'{before.get(k)} vs {after.get(k)}' for k in diff)}): runs that differ in more than "
+                 "the layout (a different M is a different global batch and bubble) do not compare step for step")
         if want == "not better" and got == "better":
             fail(f"verdict({name}) is 'better', but the step is only {gain:.1%} shorter, within the {STEP_NOISE:.0%} "
                  "run-to-run noise, or the slowest stage did not get faster: count a gain only when the step drops by "
                  f"more than {STEP_NOISE:.0%} *and* the largest p50 F + B service time drops")
         if want == "better":
             fail(f"verdict({name}) is {got!r}, but the step is {gain:.1%} shorter and the slowest stage's p50 F + B "
-                 "dropped, with pp, M and layers unchanged: 'better'")
-        fail(f"verdict({name}) is {got!r}, expected {want!r}")
+                 "dropped, with pp, M and layers unchanged: both conditions of a gain hold")
+        fail(f"verdict({name}) is {got!r}: are the runs comparable, and did both the step and the slowest stage "
+             "get faster?")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

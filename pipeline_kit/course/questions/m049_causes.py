@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from ...layout import ModelSpec, parse_layout, stage_costs
-from .common import call, check, describe, drawn, expect_int, expect_type, fail
+from .common import book, call, check, describe, drawn, expect_int, expect_type, fail
 from .synthetic import LAB_P2P_MS, LAB_TFLOPS
 
 # -- root causes ---------------------------------------------------------------------------------------
@@ -75,16 +75,17 @@ def expected_cause(s: dict) -> tuple[str, int]:
     return "compute", total.index(max(total))
 
 
-_CAUSE_WHY = {
-    "compute": "its forward and backward both grow with its GFLOP (same ms per GFLOP as the others, B/F about 2): "
-               "it simply holds more work -- a static compute cause",
-    "recompute": "its forward costs what its GFLOP say, only its backward is inflated (B/F about 3 instead of 2): "
-                 "the backward re-runs the forward, i.e. activation recomputation chosen to save memory",
-    "communication": "every stage's time matches its GFLOP, but one boundary's transfer (hop_ms) is many times the "
-                     "others: a slow link -- communication/topology",
-    "dynamic": "its p50 is in line but its p95 is about twice its p50: the cost changes from microbatch to microbatch "
-               "(MoE routing, variable lengths) -- a dynamic cause",
+# What the cause a student names would look like in the numbers: the feedback says what their claim predicts, and
+# that the scenario does not show it -- never which cause (or where) it does show.
+_CLAIM_WHY = {
+    "compute": "a static compute cause grows a stage's forward and backward together with its GFLOP, B/F about 2, "
+               "with p95 near p50 and every hop alike -- here one of those is off",
+    "recompute": "activation recomputation inflates only a stage's backward (B/F about 3 instead of 2); no stage "
+                 "shows that here",
+    "communication": "a slow link shows as one boundary's hop_ms many times the others'; no boundary shows that here",
+    "dynamic": "a dynamic cause shows as one stage's p95 about twice its p50; no stage shows that here",
 }
+ROOT_CAUSES = book("imbalance", "Root causes, and how each one shows up")  # where the book teaches them
 
 
 @check
@@ -102,13 +103,13 @@ def check_root_causes(root_cause, cases) -> None:
             fail(f"root_cause(scenario {name}) returned cause {describe(cause)}; use one of {', '.join(CAUSES)}")
         place = "boundary" if want[0] == "communication" else "stage"
         if cause != want[0]:
-            fail(f"scenario {name} (pp={pp}): you said {cause!r}, but look at {place} {want[1]}: {_CAUSE_WHY[want[0]]}")
+            fail(f"scenario {name} (pp={pp}): you said {cause!r}, but {_CLAIM_WHY[cause]} {ROOT_CAUSES}")
         where = expect_int(where, f"the index root_cause(scenario {name}) returns")
         if where != want[1]:
             extra = (" (boundary j is the link between stage j and stage j + 1: an index into hop_ms)"
                      if place == "boundary" else "")
-            fail(f"scenario {name} (pp={pp}): the cause {cause!r} is right, but it sits at {place} {want[1]}, not "
-                 f"{where}{extra}")
+            fail(f"scenario {name} (pp={pp}): the cause {cause!r} is right, but not at {place} {where}{extra}: find "
+                 f"the {place} whose numbers break the pattern")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

@@ -21,6 +21,7 @@ from ...schedules import build_schedule
 from ...sim import simulate
 from ...grading.parts import Parts, plural
 from .common import (
+    book,
     call,
     check,
     close,
@@ -47,6 +48,9 @@ from .synthetic import (
     bank_plan,
 )
 
+LANGUAGE = book("imbalance", "The language")  # where the book teaches what these checks find
+BALANCER = book("imbalance", "Choosing a layout: the balancer")
+
 # == M050 main ==========================================================================================
 STRING_CASES = [[3, 3, 3, 3], [2, 3, 3, 2], [0, 4, 4, 0]]
 WHERE_CASES = [("Et*3|t*3|t*3|t*3L", 4, 7), ("E|t*2|t*2|t*2|t*2|t*2|t*2|t*2L", 4, 0)]
@@ -63,8 +67,8 @@ def check_layout_string(layout_string, cases) -> None:
             fail(f"layout_string({counts}) = {got!r} does not parse: {exc}")
         if _counts(lay) != list(counts) or lay.num_stages != len(counts):
             fail(f"layout_string({counts}) = {got!r} has {plural(lay.num_stages, 'stage')} with {_counts(lay)} "
-                 f"decoder layers; expected {plural(len(counts), 'stage')} with {list(counts)} (stage k holds "
-                 "counts[k] t's)")
+                 f"decoder layers; a layout of counts has one stage per count (stage k holds counts[k] t's) "
+                 f"{LANGUAGE}")
 
 
 @check
@@ -89,8 +93,8 @@ def check_where_is_layer(where_is_layer, cases) -> None:
             off = next((k for k, s in enumerate(lay.stages) if layer + 1 in s.layers), None)
             hint = (" -- decoder layers are numbered from 0, and E and L are not decoder layers"
                     if got[0] == off else "")
-            fail(f"where_is_layer({text!r}, {pp}, {layer}): decoder layer {layer} is on stage {stage}, not "
-                 f"{got[0]}{hint}")
+            fail(f"where_is_layer({text!r}, {pp}, {layer}): decoder layer {layer} is not on stage {got[0]}{hint} "
+                 f"{LANGUAGE}")
     with parts.part():
         for text, pp, layer, lay, stage, got in answers:
             own = got[0] if 0 <= got[0] < lay.num_stages else stage  # the student's stage: a wrong one costs once
@@ -99,11 +103,10 @@ def check_where_is_layer(where_is_layer, cases) -> None:
                 continue
             chunks = lay.chunks(pp)
             if got[1:] == (own // chunks, own % chunks):
-                fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}: stages go round-robin, stage k on rank k % pp "
-                     f"as chunk k // pp, so stage {own} is rank {want[0]}, chunk {want[1]} -- not a block of "
-                     f"{plural(chunks, 'consecutive stage')} per rank")
-            fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}: stage {own} is rank {want[0]}, chunk {want[1]} "
-                 "(stage k is on rank k % pp as chunk k // pp)")
+                fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}: stages go round-robin, not in blocks of "
+                     f"{plural(chunks, 'consecutive stage')} per rank {LANGUAGE}")
+            fail(f"where_is_layer({text!r}, {pp}, {layer}) = {got}: that is not stage {own}'s rank and chunk -- "
+                 f"stages go round-robin over the ranks {LANGUAGE}")
     parts.done()
 
 
@@ -184,7 +187,8 @@ def check_legality(legality, cases) -> None:
                  f"(return None); {said}")
         if got is not None and got not in RULES:
             fail(f"legality(...) must return None or one of {', '.join(RULES)}; got {describe(got)}")
-        fail(f"legality({text!r}, pp={pp}, layers={layers}) is {describe(got)}, expected {want!r} -- {said}")
+        fail(f"legality({text!r}, pp={pp}, layers={layers}) is {describe(got)}, not the rule the layout breaks "
+             f"-- {said}")
 
 
 # -- metrics and risk ----------------------------------------------------------------------------------
@@ -321,8 +325,7 @@ def check_controls(controls) -> None:
                 if got == BANK_M * BANK.micro_batch_size * BANK_PP:
                     fail(f"controls['global_batch'] = {got:g}: pipeline stages do not multiply the batch -- every "
                          "microbatch passes through all 8 stages; with no data parallelism GBS = M x micro-batch size")
-                fail(f"controls['global_batch'] = {got:g}; with no data parallelism GBS = M x micro-batch size = "
-                     f"{want[key]}")
+                fail(f"controls['global_batch'] = {got:g}; with no data parallelism GBS = M x micro-batch size")
             fail(f"controls[{key!r}] = {got:g} is not the baseline's value: hold what the interview question "
                  "bank's run (the bank-pp8 preset) used")
     parts.done()
@@ -349,12 +352,11 @@ def check_rank_idle(rank_idle, layouts) -> None:
             plan = bank_plan(text)
             mk = plan.makespan
             if close(g, mk - w, rel=1e-4):
-                fail(f"rank_idle({text!r})[{r}] = {g:.4g} ms is the rank's busy time; idle is makespan - busy "
-                     f"= {w:.4g} ms")
+                fail(f"rank_idle({text!r})[{r}] = {g:.4g} ms is the rank's busy time; idle is makespan - busy")
             if close(g, w / mk, rel=1e-4):
                 fail(f"rank_idle({text!r})[{r}] = {g:.4g} is a fraction; report ms")
-            fail(f"rank_idle({text!r})[{r}] = {g:.4g} ms, but the simulation (bank-pp8, M=16) leaves rank {r} idle for "
-                 f"{w:.4g} ms")
+            fail(f"rank_idle({text!r})[{r}] = {g:.4g} ms is not rank {r}'s idle time in the simulation (bank-pp8, "
+                 f"M=16) {BALANCER}")
 
 
 def expected_idle_drop(text: str) -> int:
@@ -370,8 +372,8 @@ def check_idle_drop(idle_drop_rank, text) -> None:
     before, after = expected_rank_idle(str(even_layout(BANK.layers, BANK_PP))), expected_rank_idle(text)
     drops = [b - a for b, a in zip(before, after)]
     if not 0 <= got < BANK_PP or not close(drops[got], drops[want], rel=1e-6):
-        fail(f"idle_drop_rank is {got}, but with {text} rank {want}'s idle falls most ({before[want]:.3f} -> "
-             f"{after[want]:.3f} ms); the ranks that waited for the slow last stage gain, the last rank does not")
+        fail(f"idle_drop_rank is {got}, but with {text} another rank's idle falls more: compare each rank's idle "
+             "before and after; the ranks that waited for the slow last stage gain, the last rank does not")
 
 
 GRAD_LAYOUT, GRAD_PP = "Et*3|t*2|t*2|tL", 4

@@ -14,8 +14,8 @@ from fractions import Fraction
 from ...layout import even_layout
 from ...schedules import ScheduleConfigError, build_schedule, interleaved_warmup, stage_owner
 from ...sim import simulate
-from ...grading.parts import plural
 from .common import (
+    book,
     call,
     check,
     close,
@@ -28,6 +28,9 @@ from .common import (
     first_match,
 )
 
+VIRTUAL = book("interleaved", "Virtual stages")  # where the book teaches what these checks find
+EXACTLY = book("interleaved", "The bubble, exactly")
+COSTS = book("interleaved", "What it costs")
 VS = (1, 2, 4)
 PEAK_CASE = (4, 8)  # pp, M of the peak_share question
 LATENCY_CASE = (4, 8)  # pp, M of the break-even question
@@ -55,12 +58,12 @@ def check_owner(owner, cases) -> None:
         if got == [(c, r) for r, c in want]:
             why = "rank and chunk are swapped: the pair is (rank, chunk)"
         elif got == [(k_ // v, k_ % v) for k_ in stages]:
-            why = ("that keeps consecutive stages on one rank (contiguous chunks); Megatron deals stages "
-                   "round-robin: stage k on rank k % pp")
+            why = ("that keeps consecutive stages on one rank (contiguous chunks); Megatron deals the stages "
+                   "round-robin over the ranks")
         else:
-            why = "virtual stage k lives on rank k % pp as that rank's chunk k // pp"
-        fail(f"owner({k}, pp={pp}) = {describe(got[k])} (with {v} chunks per rank), expected (rank, chunk) = "
-             f"{want[k]}: {why}")
+            why = "Megatron deals the virtual stages round-robin over the ranks"
+        fail(f"owner({k}, pp={pp}) = {describe(got[k])} (with {v} chunks per rank) is not virtual stage {k}'s "
+             f"(rank, chunk): {why} {VIRTUAL}")
 
 
 @check
@@ -79,13 +82,12 @@ def check_rank_layers(rank_layers, cases) -> None:
                      "order: return them sorted")
             per_rank = layers // pp
             if sorted(got) == list(range(r * per_rank, (r + 1) * per_rank)):
-                why = (f"that is the non-interleaved split (one contiguous block); with v={v}, rank {r} holds virtual "
-                       f"stages {r}, {r + pp}, ...: {plural(v, 'block')} of {plural(layers // (pp * v), 'layer')}, "
-                       "pp stages apart")
+                why = (f"that is the non-interleaved split (one contiguous block); with v={v} a rank holds one block "
+                       f"per chunk, pp stages apart {VIRTUAL}")
             elif len(got) != len(want):
-                why = f"every rank holds layers / pp = {per_rank} layers, with or without interleaving"
+                why = "every rank holds as many layers with interleaving as without"
             else:
-                why = f"expected {want}"
+                why = f"these are not the layers of rank {r}'s chunks {VIRTUAL}"
             fail(f"rank_layers({r}, pp={pp}, v={v}, layers={layers}) = {describe(list(got))}: {why}")
 
 
@@ -101,15 +103,16 @@ def check_bubble(interleaved_bubble, cases) -> None:
             continue
         why = first_match(got, [
             (Fraction(1, v) * Fraction(pp - 1, m + pp - 1),
-             ("that is the interview question bank's model answer (1/v)(pp-1)/(M+pp-1), which divides the whole "
-              "fraction by v; only the idle part shrinks, the work does not: (pp-1)/(vM+pp-1)")),
+             ("that is the interview question bank's model answer (1/v)(pp-1)/(M+pp-1): only the idle part "
+              "shrinks, not the work")),
             (Fraction(pp - 1, v * m), ("(pp-1)/(vM) is bubble over the ideal time (Megatron's ratio), not the idle "
                                        "share of the step")),
             (Fraction(pp - 1, m + pp - 1), "that is the non-interleaved bubble: v did not enter"),
             (Fraction(pp * v - 1, v * m + pp * v - 1),
              "fill and drain cross pp-1 *ranks*, each hop one chunk long, not pp*v-1 chunks"),
-        ]) or "idle time over pp x makespan; fill and drain are (pp-1) chunk-steps of (f+b)/v"
-        fail(f"interleaved_bubble({pp}, {m}, {v}) = {got:.4g}, the simulator gives {want} = {float(want):.4g}: {why}")
+        ]) or "idle time over pp x makespan; fill and drain take chunk-sized steps"
+        fail(f"interleaved_bubble({pp}, {m}, {v}) = {got:.4g} is not the idle share of the simulated step: {why} "
+             f"{EXACTLY}")
 
 
 # -- M051 main: costs -----------------------------------------------------------------------------------
@@ -123,24 +126,24 @@ def check_warmup(warmup, cases) -> None:
                 continue
             raw = 2 * (pp - r - 1) + (v - 1) * pp
             if got == raw and raw > m * v:
-                why = (f"{raw} is more than the {plural(m * v, 'forward')} there are (M x v, one per microbatch and "
-                       "chunk): cap it at M x v (then the rank runs everything as warmup and cooldown)")
+                why = (f"{raw} is more than the forwards there are (one per microbatch and chunk): a rank cannot warm "
+                       "up with more (then it runs everything as warmup and cooldown)")
             elif want == m * v and got == m * v - 1:
-                why = (f"the warmup is capped at M x v = {m * v}: when rank {r} runs all its chunk forwards before its "
-                       "first backward, every one of them is warmup (there is no steady state) -- counting the ops "
-                       "before the first forward that is followed by a backward gives one less here")
+                why = (f"when rank {r} runs all its chunk forwards before its first backward, every one of them is "
+                       "warmup (there is no steady state) -- counting the ops before the first forward that is "
+                       "followed by a backward gives one less here")
             elif got == min(2 * (pp - r) + (v - 1) * pp, m * v):
-                why = "one hop too many on each side: the distance to the last rank is pp - r - 1"
+                why = "one hop too many on each side: count the hops from rank r to the last rank"
             elif got == min((pp - r - 1) + (v - 1) * pp, m * v):
-                why = ("Megatron counts 2(pp - r - 1): rank r needs its first chunk's forward to travel down to the "
-                       "last rank and the gradient to come back before it can run a backward")
+                why = ("rank r needs its first chunk's forward to travel down to the last rank and the gradient to "
+                       "come back before it can run a backward")
             elif got == min(2 * (pp - r - 1), m * v):
-                why = "the (v - 1) x pp forwards of the first group's other chunks are missing"
+                why = "the forwards of the first group's other chunks are missing"
             elif got == min(pp - r - 1, m):
                 why = "that is non-interleaved 1F1B's warmup; interleaved counts chunk forwards"
             else:
-                why = "2(pp - r - 1) + (v - 1) x pp, capped at M x v (the microbatch group is pp)"
-            fail(f"warmup(pp={pp}, rank={r}, M={m}, v={v}) = {describe(got)}, expected {want}: {why}")
+                why = f"count the chunk forwards rank {r} runs before its first backward (the microbatch group is pp)"
+            fail(f"warmup(pp={pp}, rank={r}, M={m}, v={v}) = {describe(got)}: {why} {COSTS}")
 
 
 @check
@@ -151,15 +154,15 @@ def check_p2p_messages(p2p_messages, cases) -> None:
         if got == want:
             continue
         if got == 2 * m * v * (pp - 1):
-            why = (f"v(pp-1) undercounts the boundaries: there are pp*v - 1 = {pp * v - 1}, including the v - 1 "
-                   "wrap-arounds from the last rank back to rank 0")
+            why = "v(pp-1) undercounts the boundaries: it misses the wrap-arounds from the last rank back to rank 0"
         elif got == m * (pp * v - 1):
             why = "count both directions: an activation forward and its gradient backward at every boundary"
         elif got == 2 * m * (pp - 1):
             why = "that is the non-interleaved count; every extra chunk adds pp more boundaries"
         else:
-            why = "2 x M x (number of boundaries between virtual stages)"
-        fail(f"p2p_messages(pp={pp}, M={m}, v={v}) = {describe(got)}, the simulator counts {want}: {why}")
+            why = "count one message per microbatch, direction and boundary between virtual stages"
+        fail(f"p2p_messages(pp={pp}, M={m}, v={v}) = {describe(got)} is not the simulated step's transfers: {why} "
+             f"{COSTS}")
 
 
 def expected_peak_share() -> dict[int, float]:
@@ -181,8 +184,8 @@ def check_peak_share(peak_share) -> None:
             (chunks, "that counts chunk activations; one chunk holds 1/v of a rank's layers, so divide by v"),
             (m, "that is GPipe's peak, all M microbatches"),
             (pp / v, "interleaving does not divide 1F1B's memory by v: more chunks are in flight"),
-        ]) or "rank 0's peak live microbatch-chunks (simulate(...).peak_activations[0]) divided by v"
-        fail(f"peak_share[{v}] = {got:g}, expected {want[v]:g}: {why}")
+        ]) or "rank 0's peak live microbatch-chunks, in units of a whole microbatch's activations"
+        fail(f"peak_share[{v}] = {got:g} is not rank 0's peak share: {why} {COSTS}")
 
 
 # -- M051 main: applicability -------------------------------------------------------------------------
@@ -203,8 +206,8 @@ def check_accepted(accepted, cases) -> None:
         if got == (refusal is None):
             continue
         if refusal is None:
-            fail(f"accepted(pp={pp}, M={m}, v={v}) is False, but Megatron (and the kit) run it: pp >= 2, v >= 2, "
-                 f"M >= pp and M a multiple of pp")
+            fail(f"accepted(pp={pp}, M={m}, v={v}) is False, but Megatron (and the kit) run it: revisit its "
+                 f"conditions on pp, v and M {book('interleaved', 'The group size: depth-first or breadth-first')}")
         fail(f"accepted(pp={pp}, M={m}, v={v}) is True, but the kit refuses it: {refusal}")
 
 
@@ -235,7 +238,7 @@ def check_facts(vpp_facts, cases) -> None:
                 "layers_per_rank": "each rank still holds layers / pp layers, in v pieces",
                 "layers_per_chunk": "layers / (pp x v): a chunk is 1/v of a rank's share",
             }[key]
-            fail(f"{label}[{key!r}] = {describe(value)}, expected {exp}: {why}")
+            fail(f"{label}[{key!r}] = {describe(value)}: {why} {VIRTUAL}")
 
 
 def expected_fill(pp: int, v: int, f) -> float:
@@ -255,8 +258,9 @@ def check_fill(fill_time, cases) -> None:
             (Fraction(pp * v - 1) * f / v, ("that is when the last *virtual* stage starts; the last rank first gets "
                                             "work at virtual stage pp-1")),
             (pp * Fraction(f) / v, "pp hops instead of pp-1"),
-        ]) or "pp-1 hops, each a chunk forward of f/v"
-        fail(f"fill_time(pp={pp}, v={v}, f={f}) = {got:g}, the simulator gives {float(want):g}: {why}")
+        ]) or "count the hops to the last rank and what each one costs"
+        fail(f"fill_time(pp={pp}, v={v}, f={f}) = {got:g} is not when the last rank starts in the simulation: {why} "
+             f"{EXACTLY}")
 
 
 def _makespan(pp: int, m: int, v: int, latency: float) -> float:
@@ -303,10 +307,8 @@ def check_choose_v(choose_v, cases) -> None:
         if got in VS and got != 1 and kit_refusal(pp, m, got):
             fail(f"choose_v(pp={pp}, M={m}, latency={latency}) = {got}, but Megatron refuses v={got} here: "
                  f"{kit_refusal(pp, m, got)}")
-        spans = ", ".join(f"v={v}: {_makespan(pp, m, v, latency):.2f}" for v in VS
-                          if v == 1 or kit_refusal(pp, m, v) is None)
-        fail(f"choose_v(pp={pp}, M={m}, latency={latency}) = {describe(got)}, expected {want}: the accepted options "
-             f"simulate to {spans}")
+        fail(f"choose_v(pp={pp}, M={m}, latency={latency}) = {describe(got)} is not the fastest option Megatron "
+             f"accepts here: simulate each {COSTS}")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

@@ -16,6 +16,7 @@ from ...sim import SimResult, simulate
 from ...trace import Timeline, live_activations
 from .common import (
     LabCheckFailed,
+    book,
     call,
     check,
     close,
@@ -36,6 +37,9 @@ from ...grading.parts import Parts, plural
 from .m051 import _schedule
 
 BANK = {"pp": 8, "microbatches": 16, "bytes_per_param": 16}
+THREE_KINDS = book("memory", "Three kinds of memory on a rank")  # where the book teaches what these checks find
+COUNTS_TO_BYTES = book("memory", "From counts to bytes: the question bank's PP8 model")
+MEASURING = book("memory", "Measuring it")
 FP32_SPEC = ModelSpec(vocab=1000, seq_len=128, hidden=256, heads=8, layers=4, micro_batch_size=2, dtype_bytes=4)
 
 
@@ -58,7 +62,7 @@ def check_stage_bytes(stage_bytes, cases) -> None:
             ends = (tokens * h * d if st.embedding else 0) + (tokens * V * 4 + tokens * h * d if st.loss else 0)
             why = first_match(got, [
                 (n * s * b * h * 34 * d / 2 + ends, ("the attention-scores term 5*a*s/h is missing: without "
-                                                     "recomputation each layer keeps its a x s x s score matrices")),
+                                                     "recomputation each layer keeps its a x s x s scores")),
                 (n * s * b * h * (34 + 5 * a * s / h) + ends, ("scale by dtype_bytes / 2: the 34 + 5as/h formula is "
                                                               "for 16-bit training")),
                 (n * layer + (tokens * h * d if st.embedding else 0)
@@ -70,9 +74,9 @@ def check_stage_bytes(stage_bytes, cases) -> None:
                  "the embedding stage keeps its output, s*b*h x dtype_bytes"),
                 (n * layer, ("the endpoints are missing: the embedding output on the first stage, the fp32 logits "
                              "(and their input) on the last")),
-            ]) or "layers x s*b*h*(34 + 5as/h)*dtype/2, plus the endpoint terms"
-            fail(f"stage_bytes for a stage holding {st.text()} (s={s}, b={b}, h={h}, a={a}, V={V}, "
-                 f"{d}-byte) = {got:,.0f}, expected {want:,.0f}: {why}")
+            ]) or "revisit what each layer keeps per token, and the endpoint terms"
+            fail(f"stage_bytes for {st.text()} (s={s}, b={b}, h={h}, a={a}, V={V}, {d}-byte) = {got:,.0f}: {why} "
+                 f"{THREE_KINDS}")
 
 
 def expected_alive(schedule: str, pp: int, m: int, rank: int, v: int = 1) -> int:
@@ -92,23 +96,23 @@ def check_alive(alive, cases) -> None:
                 why = "GPipe runs every forward before any backward, so every rank holds all M"
             elif schedule == "1f1b":
                 if got == m:
-                    why = "that is GPipe's count; 1F1B's rank r holds min(pp - r, M)"
+                    why = ("that is GPipe's count; in 1F1B a backward frees a microbatch before the rank has run "
+                           "them all")
                 elif got == min(pp - r - 1, m):
-                    why = ("that is the warmup only: the forward right before the first backward is alive too, "
-                           "min(pp - r, M)")
+                    why = "that is the warmup only: the forward right before the first backward is alive too"
                 elif got == pp - r:
-                    why = f"with M={m} < pp - r there are only M microbatches to hold"
+                    why = f"with M={m} there are fewer microbatches than that to hold"
                 else:
-                    why = "rank r holds min(pp - r, M) microbatches"
+                    why = "count the forwards the rank has run and not yet backwarded when its first backward starts"
             else:
                 warm = interleaved_warmup(pp, r, m, v, pp)
                 if got == warm:
                     why = "that is the warmup count; one more chunk is alive when the first backward starts"
                 elif got == v * min(pp - r, m):
-                    why = "interleaving is not 1F1B times v: the warmup is 2(pp - r - 1) + (v - 1)pp chunk forwards"
+                    why = "interleaving is not 1F1B times v: count the interleaved warmup's chunk forwards"
                 else:
-                    why = "the warmup plus one, capped at M x v chunks"
-            fail(f"{label} = {describe(got)}, the simulator gives {want}: {why}")
+                    why = "count the chunk forwards alive when the first backward starts"
+            fail(f"{label} = {describe(got)} is not what the simulated step keeps alive: {why} {THREE_KINDS}")
 
 
 def expected_resident(spec: ModelSpec, pp: int, bytes_per_param: float) -> list[float]:
@@ -264,8 +268,7 @@ def check_predict_run(predict_run, summaries) -> None:
                 why = f"give one entry per rank ({plural(summary['pp'], 'rank')}), rank 0 first"
             else:
                 why = "count chunk activations per rank with the simulator: simulate(schedule).peak_activations"
-            shown = f" {list(want['peak_activations'])}" if word == "measured" else ""
-            fail(f"predict_run on {label}: peak_activations {peaks} is not what the run {word}{shown}: {why}")
+            fail(f"predict_run on {label}: peak_activations {peaks} is not what the run {word}: {why}")
     with parts.part():
         for summary, label, word, got, want in runs:
             freed = list(got["deallocated_output_bytes"])
@@ -273,8 +276,6 @@ def check_predict_run(predict_run, summaries) -> None:
             if freed == exp:
                 continue
             v = summary["chunks"]
-            cfg = summary["config"]
-            one = cfg["seq_len"] * summary["micro_batch_size"] * cfg["hidden"]
             if len(freed) != summary["pp"]:
                 why = f"give one entry per rank ({plural(summary['pp'], 'rank')}), rank 0 first"
             elif freed[-1] and v == 1:
@@ -282,15 +283,14 @@ def check_predict_run(predict_run, summaries) -> None:
             elif freed == [x // 2 for x in exp]:
                 why = "the runtime trains in fp32: 4 bytes per element, not 2"
             elif v > 1 and freed[-1] == 0:
-                why = ("with v chunks the last rank still sends the outputs of its chunks 0..v-2 (virtual stages "
-                       "pp-1, 2pp-1, ...); only the very last virtual stage sends nothing")
+                why = ("with v chunks the last rank still sends the outputs of its chunks 0..v-2; only the very "
+                       "last virtual stage sends nothing")
             elif exp[0] and freed == [x // summary["micro_batch_size"] for x in exp]:
                 why = "each freed output holds micro_batch_size x seq_len x hidden elements: b is missing"
             else:
-                why = (f"each sent output is s*b*h = {one:,} fp32 elements, freed once per microbatch and per chunk "
-                       "that sends")
-            shown = f" {exp}" if word == "measured" else ""
-            fail(f"predict_run on {label}: deallocated_output_bytes {freed} is not what the run {word}{shown}: {why}")
+                why = "each sent output is an s*b*h fp32 tensor, freed once per microbatch and per chunk that sends"
+            fail(f"predict_run on {label}: deallocated_output_bytes {freed} is not what the run {word}: {why} "
+                 f"{MEASURING}")
     parts.done()
 
 
@@ -401,7 +401,7 @@ def check_lifetime(lifetime, cases) -> None:
             (b.end - f.end, "the activations are being written from the forward's start"),
             (b.start - f.start, "the activations are needed until the backward ends"),
         ]) or "from the start of the forward to the end of the backward of that microbatch on that rank"
-        fail(f"lifetime({schedule!r}, pp={pp}, M={m}, rank={rank}, mb={mb}) = {got:g}, expected {float(want):g}: {why}")
+        fail(f"lifetime({schedule!r}, pp={pp}, M={m}, rank={rank}, mb={mb}) = {got:g}: {why} {THREE_KINDS}")
 
 
 def bank_totals(schedule: str) -> tuple[list[float], float]:
@@ -444,12 +444,11 @@ def check_fullest(fullest, fullest_over_naive, memory_terms=None) -> None:
             got = fullest[schedule]
             if got == want or (schedule in mine and got == mine[schedule][0].index(max(mine[schedule][0]))):
                 continue
-            why = ("rank 0 adds the embedding's parameters to the deepest warmup (pp microbatches alive)"
+            why = ("weigh each rank's parameters together with how many microbatches it keeps alive"
                    if schedule == "1f1b" else
-                   "every rank keeps all M microbatches, so the largest bytes per microbatch (the last stage's fp32 "
-                   "logits) decide")
-            fail(f"fullest[{schedule!r}] = {describe(got)}, expected rank {want}: {why}. The fullest rank depends on "
-                 "the schedule, not only on parameters")
+                   "every rank keeps all M microbatches, so the largest bytes per microbatch decide")
+            fail(f"fullest[{schedule!r}] = {describe(got)} is not the fullest rank: {why}. The fullest rank depends on "
+                 f"the schedule, not only on parameters {COUNTS_TO_BYTES}")
     with parts.part():
         totals, naive = kit["1f1b"]
         got = expect_number(fullest_over_naive, "fullest_over_naive (a number: a ratio of bytes)")
@@ -465,8 +464,8 @@ def check_fullest(fullest, fullest_over_naive, memory_terms=None) -> None:
                 (naive / max(totals), "the ratio is upside down: fullest rank over the naive prediction"),
                 (max(totals) / (sum(totals) / len(totals)), ("divide by the 'parameters / PP' prediction (resident "
                                                              "only), not the mean of the real totals")),
-            ], rel=1e-3) or "max over ranks of (resident + 1F1B peak activations) / (all parameters x 16 / pp)"
-            fail(f"fullest_over_naive = {got:.4g}, expected {want:.3f}: {why}")
+            ], rel=1e-3) or "the fullest 1F1B rank's bytes over the 'parameters / PP' prediction"
+            fail(f"fullest_over_naive = {got:.4g}: {why} {COUNTS_TO_BYTES}")
     parts.done()
 
 
@@ -510,9 +509,9 @@ def check_snapshot(snapshot, cases) -> None:
             why = match[1].format(next(r for r in range(s.pp) if match[0][r] != want[r]))
         else:
             rank = next((r for r in range(s.pp) if r < len(got) and got[r] != want[r]), 0)
-            why = (f"rank {rank} holds {plural(want[rank], 'live chunk activation')} there: count those between a "
-                   "forward's start and its backward's end")
-        fail(f"{label}: {list(got)}, expected {want}: {why}")
+            why = (f"rank {rank}'s count is off: count the chunk activations between a forward's start and its "
+                   "backward's end")
+        fail(f"{label}: {list(got)} is not what the ranks hold then: {why} {THREE_KINDS}")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

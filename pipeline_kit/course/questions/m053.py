@@ -18,6 +18,7 @@ from ...sim.blocking_p2p import ProgramError, _normalise, run_blocking, runtime_
 from ...grading.parts import fail_choices, plural
 from .m046 import RUN
 from .common import (
+    book,
     call,
     check,
     close,
@@ -30,6 +31,8 @@ from .common import (
     fail,
 )
 
+DEADLOCKS = book("p2p", "Two kinds of deadlock")  # where the book teaches what these checks find
+A_REAL_HANG = book("p2p", "A real hang, and how to read it")
 FIXES = {
     "agree_before_schedule": None,
     "send_placeholder": None,
@@ -159,8 +162,8 @@ def check_blocking_program(fn, cases) -> None:
             ops = [x for kind, x in prog if kind == "compute"]
             want_ops = [op.text() for op in schedule.ranks[r]]
             if ops != want_ops:
-                fail(f"{what}: its compute ops are {' '.join(ops[:8])}{' ...' if len(ops) > 8 else ''}; 1F1B on rank "
-                     f"{r} runs {' '.join(want_ops[:8])}{' ...' if len(want_ops) > 8 else ''} (build_schedule)")
+                fail(f"{what}: its compute ops {' '.join(ops[:8])}{' ...' if len(ops) > 8 else ''} are not 1F1B's "
+                     f"order on rank {r}: take them from build_schedule('1f1b', {pp}, {m})")
             for peer in (r - 1, r + 1):
                 if not 0 <= peer < pp:
                     continue
@@ -169,12 +172,11 @@ def check_blocking_program(fn, cases) -> None:
                 want_s, want_r = _names(schedule, r, peer), _names(schedule, peer, r)
                 if sorted(sends) != sorted(want_s):
                     miss = sorted(set(want_s) - set(sends)) or sorted(set(sends) - set(want_s))
-                    fail(f"{what} sends {plural(len(sends), 'message')} to rank {peer}, expected {len(want_s)} "
-                         f"({' '.join(want_s[:6])}{' ...' if len(want_s) > 6 else ''}); "
-                         f"check {miss[0] if miss else '?'}")
+                    fail(f"{what} sends {plural(len(sends), 'message')} to rank {peer}, not one per activation or "
+                         f"gradient its ops hand to that neighbour; check {miss[0] if miss else '?'} {DEADLOCKS}")
                 if sorted(recvs) != sorted(want_r):
-                    fail(f"{what} receives {plural(len(recvs), 'message')} from rank {peer}, expected {len(want_r)} "
-                         f"({' '.join(want_r[:6])}{' ...' if len(want_r) > 6 else ''})")
+                    fail(f"{what} receives {plural(len(recvs), 'message')} from rank {peer}, not one per activation or "
+                         f"gradient its ops need from that neighbour {DEADLOCKS}")
         res = run_blocking(programs)
         if res.errors:
             fail(f"pp={pp}, M={m}: {res.errors[0]}")
@@ -207,12 +209,14 @@ def _check_fields(fn, line: str, want: dict) -> None:
     for key in FIELD_KEYS:
         g, w = got[key], want[key]
         if key == "shape":
-            if not isinstance(g, tuple) or g != w:
-                fail(f"{what}['shape'] is {describe(g)}; give the expected shape as a tuple of ints, {w}")
+            if not isinstance(g, tuple):
+                fail(f"{what}['shape'] is {describe(g)}; give the shape as a tuple of ints")
+            if g != w:
+                fail(f"{what}['shape'] is {describe(g)}, not the expected shape the line prints")
             continue
         if key == "dtype":
             if g != w:
-                fail(f"{what}['dtype'] is {describe(g)}, expected {w!r} (as the line prints it)")
+                fail(f"{what}['dtype'] is {describe(g)}, not the dtype as the line prints it")
             continue
         if key == "direction":
             if g != w:
@@ -221,7 +225,7 @@ def _check_fields(fn, line: str, want: dict) -> None:
         if key == "began":
             expect_number(g, f"{what}['began']")
             if not close(g, w, abs_=1e-6):
-                fail(f"{what}['began'] is {g}, the line says {w} (seconds into the step)")
+                fail(f"{what}['began'] is {g}, not the time the line prints (seconds into the step)")
             continue
         if isinstance(g, bool) or not isinstance(g, int):
             fail(f"{what}[{key!r}] must be an int, got {describe(g)}")
@@ -231,11 +235,11 @@ def _check_fields(fn, line: str, want: dict) -> None:
             fail(f"{what}: received and sent are swapped -- 'received' is what rank {want['rank']} got from "
                  f"rank {want['peer']}, 'sent' what it sent to it")
         if key in ("chunk", "stage"):
-            fail(f"{what}[{key!r}] is {g}, expected {w}: with interleaving a rank holds several chunks, and "
+            fail(f"{what}[{key!r}] is {g}: with interleaving a rank holds several chunks, and "
                  "stage = chunk * pp + rank")
         if key == "peer" and g == want["rank"]:
             fail(f"{what}['peer'] is the waiting rank itself; the peer is the rank it waits for")
-        fail(f"{what}[{key!r}] is {g}, expected {w}")
+        fail(f"{what}[{key!r}] is {g}, not what the line says {A_REAL_HANG}")
 
 
 @check
@@ -286,7 +290,7 @@ def _compare_waits(got, want, what, cause):
         d, mb, peer = want[r]
         why = ("the stall spreads upstream: gradients stop coming back, so the rank stops at its next backward"
                if d == "backward" else "the stall spreads downstream: a rank starves once its input stops")
-        fail(f"{what} misses rank {r}: it waits for the {d} message of microbatch {mb} from rank {peer} -- {why}")
+        fail(f"{what} misses rank {r}: it times out too -- {why} {A_REAL_HANG}")
     for r in sorted(set(got) - set(want)):
         fail(f"{what} lists rank {r}, which {cause(r)}")
     for r in sorted(want):
@@ -294,9 +298,10 @@ def _compare_waits(got, want, what, cause):
             d, mb, peer = want[r]
             gd, gmb, gpeer = got[r]
             if gd == d and gpeer == peer:
-                fail(f"{what}[{r}] = {got[r]}: rank {r} runs on until it needs a message it cannot get; that is "
-                     f"microbatch {mb}, not {gmb} (walk its 1F1B order)")
-            fail(f"{what}[{r}] = {got[r]}, expected {want[r]}")
+                fail(f"{what}[{r}] = {got[r]}: rank {r} runs on until it needs a message it cannot get, and that is "
+                     f"not microbatch {gmb}'s (walk its 1F1B order)")
+            fail(f"{what}[{r}] = {got[r]} is not what rank {r} waits for: walk its 1F1B order to the first message it "
+                 f"cannot get {A_REAL_HANG}")
 
 
 @check
@@ -343,12 +348,11 @@ def check_diagnose(fn, stderr_text: str, fault: str, pp: int = 4, microbatches: 
             g = got["rank"]
             earliest = min(timeout_lines(text).values(), key=lambda w: w["began"], default=None)
             if first is not None:
-                fail(f"{what} gives rank {g}, but the run's own text gave {root}: your diagnosis depends on the "
-                     "order of the lines or on the wait times, which change from run to run")
+                fail(f"{what} gives rank {g}, another rank than on the run's own text: your diagnosis depends on "
+                     "the order of the lines or on the wait times, which change from run to run")
             if g == victim:
-                fail(f"{what}: rank {g} is the victim -- it waits for a message rank {root} never sent. Its "
-                     f"sender is past that send in its schedule (and counted more sends to rank {g} than rank {g} "
-                     "received): the sender is the root cause")
+                fail(f"{what}: rank {g} is the victim -- it waits for a message its sender never sent; the sender, "
+                     f"past that send in its schedule, is the root cause {A_REAL_HANG}")
             if earliest and g in (earliest["rank"], earliest["peer"]):
                 fail(f"{what} gives rank {g}, from the earliest wait: when a rank runs out of work depends on where "
                      "it sits in the schedule, not on causality. Follow each wait to its sender and ask whether the "
@@ -361,13 +365,13 @@ def check_diagnose(fn, stderr_text: str, fault: str, pp: int = 4, microbatches: 
         if got["microbatch"] != mb:
             waits_of_root = parsed.get(root)
             if waits_of_root and got["microbatch"] == waits_of_root["microbatch"]:
-                fail(f"{what}: microbatch {got['microbatch']} is what rank {root} itself waits for, a consequence; "
-                     f"the missing message is the one rank {victim} waits for from rank {root}")
+                fail(f"{what}: microbatch {got['microbatch']} is what the root cause itself waits for, a consequence; "
+                     f"the missing message is the one its victim waits for from it {A_REAL_HANG}")
             fail(f"{what}: microbatch {got['microbatch']} is wrong; it is the microbatch of the message that "
                  "never arrived")
         if got["direction"] != direction:
-            fail(f"{what}: direction {describe(got['direction'])}; the missing message is a "
-                 f"{'forward activation' if direction == 'forward' else 'backward gradient'} ('{direction}')")
+            fail(f"{what}: direction {describe(got['direction'])} is not the missing message's: is it an activation "
+                 f"or a gradient? {A_REAL_HANG}")
         first = first or got
 
 
@@ -384,8 +388,8 @@ def check_predict_timeouts(fn, cases, real=()) -> None:
         for rank, w in timeout_lines(text).items():
             seen = (w["direction"], w["microbatch"], w["peer"])
             if got.get(rank) != seen:
-                fail(f"predict_timeouts({pp}, {m}, {r}, {k})[{rank}] = {describe(got.get(rank))}, but in the real run "
-                     f"rank {rank} timed out waiting for {seen}")
+                fail(f"predict_timeouts({pp}, {m}, {r}, {k})[{rank}] = {describe(got.get(rank))}, but the real "
+                     f"run's timeout line of rank {rank} says otherwise: read it {A_REAL_HANG}")
 
 
 @check

@@ -16,8 +16,9 @@ from ...layout import (
     stage_costs,
 )
 from ...layout.measure import simulate_from_trace
-from ...grading.parts import Parts
+from ...grading.parts import Parts, plural
 from .common import (
+    book,
     call,
     check,
     close,
@@ -86,14 +87,15 @@ def check_local(local) -> None:
             if key == "bubble":
                 if close(got, (pp - 1) / m, rel=2e-3):
                     fail(f"{where} is (pp-1)/M, the bubble over the *ideal* time (Megatron's ratio); the "
-                         "bubble here is the idle share of the whole step, (pp-1)/(M+pp-1)")
+                         f"bubble here is the idle share of the whole step {DECOMPOSITION}")
                 if close(got, exp * 100, rel=2e-3):
                     fail(f"{where} is a percentage; give a fraction (the value is right otherwise)")
             if key == "bound" and close(got, m / (m + pp - 1), rel=2e-3):
-                fail(f"{where} is the utilisation M/(M+pp-1); the bound on the speedup is pp times it")
+                fail(f"{where} is the utilisation of one device; the bound on the speedup counts every device "
+                     f"{DECOMPOSITION}")
             if key == "efficiency" and close(got, BANK_MEASURED / want["bound"], rel=2e-3):
-                fail(f"{where} compares 2.59x with the bubble bound; parallel efficiency is speedup / devices = "
-                     f"2.59 / 8")
+                fail(f"{where} compares 2.59x with the bubble bound; parallel efficiency compares the speedup with "
+                     f"the number of devices {DECOMPOSITION}")
             if key == "slow_over_mean":
                 if close(got, want["param_ratio"], rel=2e-3):
                     fail(f"{where} is the parameter ratio; time is what counts: the slowest stage's F + B over the "
@@ -112,6 +114,7 @@ def check_local(local) -> None:
     parts.done()
 
 
+DECOMPOSITION = book("case-study", "The decomposition")  # where the book teaches what these checks find
 LOSS_NAMES = {"imbalance": "stage imbalance", "p2p": "P2P", "remainder": "remainder"}
 
 
@@ -137,8 +140,8 @@ def check_losses(losses) -> None:
                 costs = stage_costs(even_layout(BANK.layers, BANK_PP), BANK, BANK_PP)
                 params = [c.params for c in costs]
                 if close(got, min(params) / max(params), rel=2e-3):
-                    fail(f"{where} is 1 / 2.76, the parameter ratio: the 2.76x the interview question "
-                         "bank blames is not the time imbalance; simulate the real cut against the same work balanced")
+                    fail(f"{where} is the inverse of the parameter ratio the interview question bank blames, which "
+                         "is not the time imbalance; simulate the real cut against the same work balanced")
             if key == "p2p" and close(got, 1.0):
                 fail(f"{where}: with 20 us + {boundary_bytes(BANK)} bytes / 10 GB/s per transfer the P2P factor is "
                      f"below 1 "
@@ -174,7 +177,7 @@ def check_m32(m32) -> None:
                 continue
             where = f"m32[{key!r}] = {got:.4g}"
             if key == "bubble_only" and close(got, 1 - (BANK_PP - 1) / (2 * BANK_M + BANK_PP - 1), rel=2e-3):
-                fail(f"{where} is the utilisation M/(M+pp-1) at M=32; as a speedup it is pp times that")
+                fail(f"{where} is the utilisation of one device at M=32; as a speedup it counts every device")
             if key == "naive" and close(got, want["bubble_only"], rel=2e-3):
                 fail(f"{where} is the bubble bound itself; the naive claim scales the *measured* 2.59x by the bubble "
                      "bound's gain from M=16 to M=32")
@@ -256,7 +259,8 @@ def check_single(single_device_ms) -> None:
     if close(got, want / 1e3, rel=1e-4):
         fail(f"single_device_ms = {got:.4g} is in seconds; report ms (the value is right otherwise)")
     _not_rounded(got, want, "single_device_ms")
-    fail(f"single_device_ms = {got:.4g} is not M x the sum of every stage's F + B (ms)")
+    fail(f"single_device_ms = {got:.4g} is not the step's work on one device, in ms: every microbatch through every "
+         f"stage, forward and backward {DECOMPOSITION}")
 
 
 def bank_trace() -> dict:
@@ -400,8 +404,9 @@ def check_sweep(fair_m_sweep, cases) -> None:
             fail(f"fair_m_sweep({gbs}, {ms}) includes {extra}: an M that does not divide the global batch {gbs} has no "
                  "integer micro-batch size -- leave it out")
         if missing:
-            fail(f"fair_m_sweep({gbs}, {ms}) misses {missing}")
-        fail(f"fair_m_sweep({gbs}, {ms}) = {describe(got)}, expected {want} (in the order of ms)")
+            fail(f"fair_m_sweep({gbs}, {ms}) misses {plural(len(missing), 'pair')}: keep every M of ms that divides "
+                 "the global batch")
+        fail(f"fair_m_sweep({gbs}, {ms}) = {describe(got)}: give the pairs in the order of ms")
 
 
 # -- hidden cases, drawn per grade (``hidden_rng(<grade id>)``) -------------------------------------------

@@ -169,7 +169,7 @@ TIGHT = 1e-7  # numbers must be computed: any figure typed from a printout is fu
 
 def _not_rounded(got: float, want: float, where: str) -> None:
     if close(got, want, rel=5e-3):
-        fail(f"{where} = {got:.6g} is {want:.6g} rounded: compute it with the kit instead of typing the figure "
+        fail(f"{where} = {got:.6g} is the kit's value rounded: compute it with the kit instead of typing the figure "
              "(printed numbers, the interview question bank's and the CLI's, are rounded)")
 
 
