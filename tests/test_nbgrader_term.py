@@ -384,3 +384,33 @@ def test_one_submitted_notebook_is_its_students(term_course):
     from pipeline_kit.argtypes import UsageError
     with pytest.raises(UsageError, match="one of the course's submissions"):
         classlist.from_nbgrader(str(course), None, None, [str(LABS / f"{LAB2}.ipynb")])
+
+
+def test_slices_of_a_course_end_in_one_database(term_course, tmp_path):
+    """--shard slices write nothing into the course; `gradebook merge ... --nbgrader COURSE` writes the whole
+    class into its one database, and the exit status says the merge is whole."""
+    course, book = term_course["course"], term_course["book"]
+    data = json.loads((book / "grades.json").read_text())
+    slices = []
+    for k, keep in enumerate((lambda r: r["student"] < "c", lambda r: r["student"] >= "c"), 1):
+        folder = tmp_path / f"slice{k}"
+        folder.mkdir()
+        part = {**data, "shard": {"index": k, "of": 2}, "rows": [r for r in data["rows"] if keep(r)]}
+        (folder / "grades.json").write_text(json.dumps(part))
+        slices.append(folder)
+    with sqlite3.connect(course / "gradebook.db") as db:
+        db.execute("UPDATE grade SET auto_score = NULL")
+    proc = _cli("gradebook", "merge", *slices, "--out", tmp_path / "merged", "--nbgrader", course)
+    assert proc.returncode == 0, proc.stderr
+    assert "rows into" in proc.stdout and set(_rows(tmp_path / "merged")) == set(_rows(book))
+    exported = term.export(course)
+    assert float(exported["alice"]["score"]) == _rows(book)["alice", LAB2]["score"]
+
+
+def test_a_lone_surrogate_in_feedback_never_fails_the_write(tmp_path):
+    """A student's string with a byte that is not UTF-8, quoted in a check's feedback, is written escaped: the
+    gradebook is written after the whole class was graded, so it must never fail there."""
+    row = _row("ann")
+    row.report["checks"][0]["feedback"] = "got 'x\udcff'"
+    gradebook.save(tmp_path / "book", [row], {})
+    assert "x\\udcff" in (tmp_path / "book" / "grades.json").read_text()  # (JSON reads it back as it was)

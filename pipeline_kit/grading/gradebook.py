@@ -224,8 +224,9 @@ def write(folder: Path, rows: list[Row], meta: dict, sources: Path | None = None
         page = folder / "feedback" / safe_name(r.student) / f"{safe_name(r.lab)}.html"
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(_utf8(feedback_page(r, hidden.get(r.lab, set()))), encoding="utf-8")
-    (folder / "grades.csv").write_text(csv_text(rows), encoding="utf-8")
-    (folder / "grades.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (folder / "grades.csv").write_text(_utf8(csv_text(rows)), encoding="utf-8")
+    (folder / "grades.json").write_text(_utf8(json.dumps(data, indent=1, ensure_ascii=False) + "\n"),
+                                        encoding="utf-8")
 
 
 def _utf8(text: str) -> str:
