@@ -87,3 +87,20 @@ def test_every_allowed_form_is_still_used():
     text = "\n".join(source for path in NOTEBOOKS for _, _, source in _cells(path))
     text += "\n".join(value for path in CHECK_MODULES for _, value, is_doc in _strings(path) if not is_doc)
     assert [allowed for allowed in RANDOM_SEED if allowed not in text] == []
+
+
+def test_each_lab_opens_with_its_chapter_and_links_that_open():
+    """Issue 36: a lab's first cell names its chapter(s) by title, linked to the built book's page (which
+    JupyterLab shows as a page, not raw MyST) and to the source for a reader without a build."""
+    for path in sorted((ROOT / "labs").glob("lab*.ipynb")):
+        first = "".join(json.loads(path.read_text())["cells"][0]["source"]).split("\n")
+        line = next((ln for ln in first[:4] if ln.startswith("**Read first:**")), None)
+        assert line, f"{path.name}: no 'Read first' line under its title"
+        found = re.findall(r"\*([^*]+)\*, \[in the built book\]\(\.\./book/_build/html/chapters/([\w-]+)\.html\) "
+                           r"\(\[its source\]\(\.\./book/chapters/([\w-]+)\.md\)", line)
+        assert found, f"{path.name}: {line}"
+        for title, html, md in found:
+            chapter = ROOT / "book" / "chapters" / f"{md}.md"
+            assert html == md and chapter.is_file(), f"{path.name}: {md}"
+            heading = next(ln for ln in chapter.read_text().splitlines() if ln.startswith("# "))
+            assert heading[2:].startswith(title), f"{path.name}: {title!r} is not {heading!r}"
