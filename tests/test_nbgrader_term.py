@@ -414,3 +414,18 @@ def test_a_lone_surrogate_in_feedback_never_fails_the_write(tmp_path):
     row.report["checks"][0]["feedback"] = "got 'x\udcff'"
     gradebook.save(tmp_path / "book", [row], {})
     assert "x\\udcff" in (tmp_path / "book" / "grades.json").read_text()  # (JSON reads it back as it was)
+
+
+def test_without_an_atomic_exchange_two_renames_do_it_and_a_crash_between_is_undone(tmp_path, monkeypatch):
+    """A file system without renameat2's exchange: two renames swap the folders.  A writer that died between them
+    left the gradebook missing and its old folder aside: the next run puts it back before anything else."""
+    book = tmp_path / "book"
+    gradebook.save(book, [_row("ann")], {})
+    monkeypatch.setattr(gradebook_store.ctypes, "CDLL", lambda *a, **k: object())  # (no renameat2 there)
+    gradebook.save(book, [_row("ben")], {})
+    assert set(_rows(book)) == {("ann", LAB2), ("ben", LAB2)} and not list(tmp_path.glob(".book.*"))
+    before = _tree(book)
+    os.rename(book, tmp_path / ".book.old-999999999")  # (no such process: a writer that is gone)
+    gradebook.save(book, [_row("cid")], {})
+    assert set(_rows(book)) == {("ann", LAB2), ("ben", LAB2), ("cid", LAB2)}
+    assert _tree(book)["feedback/ann/lab02_timelines.html"] == before["feedback/ann/lab02_timelines.html"]

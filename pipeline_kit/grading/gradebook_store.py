@@ -20,7 +20,6 @@ not a copy, so nothing is lost at any moment.
 from __future__ import annotations
 
 import ctypes
-import errno
 import fcntl
 import os
 import shutil
@@ -156,12 +155,10 @@ def _swap(new: Path, folder: Path) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)
     at_fdcwd = -100
-    if renameat2 is not None:
-        if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(folder), RENAME_EXCHANGE) == 0:
-            return
-        err = ctypes.get_errno()
-        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-            raise OSError(err, os.strerror(err), str(folder))
+    # where the exchange fails (EINVAL, ENOSYS or EOPNOTSUPP on some file systems), the two renames below do it
+    if renameat2 is not None and renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(folder),
+                                           RENAME_EXCHANGE) == 0:
+        return
     old = folder.parent / f".{folder.name}{OLD}{os.getpid()}"
     os.rename(folder, old)
     os.rename(new, folder)
