@@ -331,3 +331,31 @@ def test_an_interrupted_check_cell_shows_a_verdict(shell):
     assert not result.success and "✗ m041_main_selection" in stdout
     assert "interrupted before the check finished" in stdout
     assert "pipeline_kit/" not in stdout and "Traceback" not in stdout
+
+
+LOSS_RAISES = '''import torch
+
+def forward_step(data_iterator, model):
+    tokens, targets = next(data_iterator)
+    logits = model(tokens)
+
+    def loss_func(output_tensor):
+        scale = 1 / 0
+        return scale, {}
+
+    return logits, loss_func
+'''
+
+
+def test_a_students_exception_inside_a_check_names_their_line_and_tb_shows_everything(shell):
+    """Issue 36: a loss_func that fails inside lab 1's check: the ✗ names the student's line (the probe reports it
+    as data, so the grade's feedback says the same), and %tb then shows the whole traceback, not the verdict again."""
+    run(shell, "from pipeline_kit.course.labs import lab01")
+    run(shell, LOSS_RAISES)
+    result, stdout, _ = run(shell, LAB1["m041_main_callback"])
+    flat = " ".join(stdout.split())
+    assert not result.success and "raised ZeroDivisionError: division by zero, at line 8 of your code (in " \
+        "loss_func), `scale = 1 / 0`" in flat
+    assert "Traceback" not in stdout
+    _, tb, _ = run(shell, "%tb")
+    assert "The above exception was the direct cause" in tb and "check_callback" in tb

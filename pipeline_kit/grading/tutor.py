@@ -114,7 +114,20 @@ class CheckFailed(AssertionError):
         super().__init__(f"{self.title}: {outcome.feedback}")
 
     def _render_traceback_(self) -> list[str]:
+        """The verdict when the cell fails; asked again (``%tb``), the full traceback, every frame of the kit's and
+        the student's own exception behind it."""
+        if getattr(self, "_shown", False):
+            return _full_traceback(self)
+        self._shown = True
         return verdict.failure_lines(self.title, self.messages, self.errors, f"{self.note} · {verdict.FULL_TRACEBACK}")
+
+
+def _full_traceback(exc: BaseException) -> list[str]:
+    shell = _shell()
+    if shell is not None:
+        return list(shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__))
+    import traceback
+    return [line.rstrip("\n") for line in traceback.format_exception(type(exc), exc, exc.__traceback__)]
 
 
 class _OutOfTime(BaseException):
@@ -154,21 +167,9 @@ class Stopped(CheckFailed):
 
 
 def _running_line(exc: BaseException) -> str:
-    """``: it was running line 3 of your code, `while True: pass``` -- the innermost frame of the student's own
-    code in ``exc``'s traceback, or nothing where none was running (the kit's own work was)."""
-    import linecache
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if verdict.is_students(tb.tb_frame.f_code.co_filename):
-            found = tb
-        tb = tb.tb_next
-    if found is None:
-        return ""
-    code = found.tb_frame.f_code
-    text = linecache.getline(code.co_filename, found.tb_lineno).strip()
-    shown = f", `{text[:80]}`" if text else ""
-    return f": it was running line {found.tb_lineno} of your code (in {code.co_name}){shown}"
+    """``: it was running line 3 of your code (in f), `...``` -- or nothing where the kit's own work was running."""
+    where = verdict.students_line(exc)
+    return f": it was running {where}" if where else ""
 
 
 def _readable(text: str, exc: BaseException) -> str:

@@ -77,6 +77,23 @@ def students_frames(exc: BaseException | None) -> list[str]:
     return []
 
 
+def students_line(exc: BaseException) -> str:
+    """``line 3 of your code (in loss_func), `scale = 1 / 0``` -- the innermost frame of the student's own code in
+    ``exc``'s traceback -- or "" where none is.  Plain text, so a probe can send it as data (the grade's kernel)
+    and a verdict can show it (the notebook)."""
+    import linecache
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        if is_students(tb.tb_frame.f_code.co_filename):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code = found.tb_frame.f_code
+    text = linecache.getline(code.co_filename, found.tb_lineno).strip()
+    return f"line {found.tb_lineno} of your code (in {code.co_name})" + (f", `{text[:80]}`" if text else "")
+
+
 def _format(exc: BaseException, tb) -> list[str]:
     try:
         from IPython import get_ipython

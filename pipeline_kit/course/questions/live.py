@@ -71,8 +71,9 @@ def callback_probe(forward_step, weights, tokens, targets, other):
     for key, logits in (("res", output), ("other", other)):
         try:
             res = loss_func(logits)
-        except Exception as exc:  # noqa: BLE001 -- reported to the grader as data
-            info[key] = {"raised": f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # noqa: BLE001 -- reported to the grader as data, with the student's line
+            from pipeline_kit.grading.verdict import students_line
+            info[key] = {"raised": f"{type(exc).__name__}: {exc}", "where": students_line(exc)}
             continue
         r = {"type": type(res).__name__, "tensor": isinstance(res, torch.Tensor), "tuple": isinstance(res, tuple)}
         if r["tuple"] and len(res) == 2:
@@ -118,7 +119,9 @@ def _check_callback(forward_step, rng: random.Random) -> None:
              f"logits of shape {(b, s, vocab)}, not the loss")
     res = info["res"]
     if "raised" in res:
-        fail(f"loss_func(<output_tensor>) raised {res['raised']}")
+        where = res.get("where")
+        fail(f"loss_func(<output_tensor>) raised {res['raised']}" + (f", at {where}" if isinstance(where, str) and
+                                                                     where else ""))
     _expect_pair(res, "loss_func", "(loss, dict)",
                  "loss_func returned only the loss; Megatron's contract is (loss, {'lm loss': loss.detach()}) -- "
                  "the dict is what gets logged and averaged")
