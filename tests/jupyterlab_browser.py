@@ -47,8 +47,8 @@ def write_notebook(path: Path, *sources: str) -> None:
 
 
 @contextmanager
-def jupyterlab(root: Path, timeout: float = 90.0):
-    """Run ``jupyter lab`` serving ``root``; yield ``(base_url, token)``."""
+def jupyterlab(root: Path, timeout: float = 90.0, **environ: str):
+    """Run ``jupyter lab`` serving ``root`` (its kernels with ``environ`` too); yield ``(base_url, token)``."""
     port, token = free_port(), secrets.token_hex(16)
     state = Path(tempfile.mkdtemp(prefix="pk-jlab-"))
     for rel, value in SETTINGS.items():
@@ -58,7 +58,7 @@ def jupyterlab(root: Path, timeout: float = 90.0):
     (state / "config" / "jupyter_server_config.json").write_text(json.dumps(SERVER_CONFIG))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                JUPYTERLAB_SETTINGS_DIR=str(state / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"),
-               JUPYTER_RUNTIME_DIR=str(state / "runtime"), JUPYTER_CONFIG_DIR=str(state / "config"))
+               JUPYTER_RUNTIME_DIR=str(state / "runtime"), JUPYTER_CONFIG_DIR=str(state / "config"), **environ)
     env.pop("MPLBACKEND", None)  # the kernel picks its own backend, as a student's would
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",

@@ -61,7 +61,7 @@ def lab(tmp_path_factory):
     index = _student_notebook(root / NAME)
     driver = chromium_or_skip()
     try:
-        with jupyterlab(root) as (base, token):
+        with jupyterlab(root, PIPELINE_KIT_CHECK_LIMIT="5") as (base, token):
             yield Lab(driver, base, token), index, root
     finally:
         driver.quit()
@@ -168,3 +168,25 @@ def test_the_classic_notebook_shows_them_too(lab, tmp_path):
     assert "M042 · main question" in table.text and "0 / 2" in table.text
     assert f"Graded {NAME} as saved at" in table.text
     _shot(lab, table, "tutor-classic-self-grade.png", tmp_path)
+
+
+HUNG = "def choose_schedule(pp, vpp=None):\n    while True:\n        pp += 1"
+
+
+def test_an_infinite_loop_ends_its_check_cell_with_a_verdict(lab, tmp_path):
+    """Lab 1 with an answer stuck in a loop: its check cell ends at the limit (5 s here, from
+    PIPELINE_KIT_CHECK_LIMIT; 60 s by default) with a ✗ naming the limit and the running line, no kit frame."""
+    lab, _, root = lab
+    name = "lab01_schedule_selection.ipynb"
+    nb = nbformat.read(ROOT / "labs" / name, as_version=4)
+    at = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(nb.cells)}
+    nb.cells[at["choose_schedule"]].source = HUNG
+    nbformat.write(nb, root / name)
+    lab.driver.get(f"{lab.base}/lab?token={lab.token}")  # (back from the classic notebook's page)
+    lab.open(name)
+    cell = at["m041_main_selection"]
+    lab.run(list(range(cell + 1)))
+    shown = lab.wait(lambda: _text(lab, cell) if "✗" in _text(lab, cell) else "", 60, "the ✗ verdict", cell=cell)
+    flat = " ".join(shown.split())
+    assert "✗ m041_main_selection — 0 / " in flat and "your code did not finish in 5 s" in flat
+    assert "(in choose_schedule)" in flat and "pipeline_kit/" not in shown and "Traceback" not in shown
