@@ -174,7 +174,7 @@ def test_a_regrade_keeps_the_other_rows_and_the_instructors_files(tmp_path):
     assert not list(tmp_path.glob(".book.*"))
 
 
-def test_a_full_disk_leaves_the_old_gradebook_whole(tmp_path):
+def test_a_full_disk_leaves_the_old_gradebook_whole(tmp_path, capsys):
     """On a small tmpfs filled nearly to the top, a regrade cannot write: the command says so, the old gradebook
     is byte for byte what it was, no partial folder is left, and with room again the next run works."""
     if os.geteuid() != 0:
@@ -199,6 +199,13 @@ def test_a_full_disk_leaves_the_old_gradebook_whole(tmp_path):
         with pytest.raises(OSError):
             gradebook.save(book, [_row("late")], {})
         assert _tree(book) == before and not list(disk.glob(".book.*"))
+        from pipeline_kit.cli import main  # the commands say so in one line, exit 2, and change nothing
+        for argv in (["gradebook", "report", str(book), "-o", str(disk / "r.html")],
+                     ["gradebook", "merge", str(book), "--out", str(disk / "merged")]):
+            assert main(argv) in (1, 2)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 2 and all("No space left on device" in line for line in err), err
+        assert _tree(book) == before and not (disk / "r.html").exists() and not (disk / "merged").exists()
         filler.unlink()
         gradebook.save(book, [_row("late")], {})
         assert ("late", LAB2) in _rows(book)

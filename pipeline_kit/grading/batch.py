@@ -101,7 +101,7 @@ class Row:
         """What the row says besides its points: ``refused: ...`` or ``not graded: ...``, its late penalty, and its
         note."""
         text = "" if self.status == GRADED else f"{self.status}: {self.error}" if self.error else self.status
-        late = f"late by {_duration(self.late_seconds)}, penalty {self.penalty:g}" if self.late_seconds else ""
+        late = f"late by {duration_text(self.late_seconds)}, penalty {self.penalty:g}" if self.late_seconds else ""
         return "; ".join(t for t in (text, late, self.note and f"note: {self.note}") if t)
 
     def to_dict(self) -> dict:
@@ -119,7 +119,7 @@ class Row:
         return out
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     """``3 d 4 h``, ``2 h 5 min``, ``40 s``: how late, for people."""
     s = int(seconds)
     for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60)):

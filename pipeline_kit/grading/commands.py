@@ -181,6 +181,8 @@ def grade_many(args: argparse.Namespace) -> int:
             "shard": {"index": args.shard[0], "of": args.shard[1]} if args.shard else None,
             "class": [list(k) for k in roster], "shared_runs": shared, "seconds": round(seconds, 1)}
     problems, written = save_rows(folder, rows, meta, sources)
+    if problems:
+        problems[0] += "; the scores are only in the table below (rerun: with --course-secret they repeat exactly)"
     if course and args.shard:
         print("nbgrader: a slice writes nothing into the course; `gradebook merge SLICES... --out DIR --nbgrader "
               "COURSE` writes the whole class into its gradebook.db", file=sys.stderr)
@@ -201,8 +203,8 @@ def save_rows(folder, rows, meta, sources) -> tuple[list[str], bool]:
     try:
         gradebook.save(folder, rows, meta, sources, say=lambda line: print(line, file=sys.stderr, flush=True))
     except OSError as exc:
-        return [f"gradebook: {printable(str(folder))} was not changed: {exc.strerror or exc}; the scores are only "
-                "in the table below (rerun: with --course-secret the grades repeat exactly)"], False
+        return [f"gradebook: {printable(str(folder))} was not changed: {exc.strerror or exc}; nothing else was "
+                "written"], False
     return [], True
 
 
@@ -230,9 +232,9 @@ class Course:
         """The course's notebooks compared with the kit's (a disagreement: one line, exit 2, before any grade),
         each submission's notebook id the course's notebook of its lab (a renamed file is recorded under the
         assignment's notebook), and the rows of students who handed nothing in."""
-        from . import nbgrader_course, nbgrader_db
+        from . import nbgrader_course
         assignments = {s.assignment for s in subs if s.assignment} | ({self.assignment} if self.assignment else set())
-        self.url = nbgrader_db.check_course(self.folder, assignments)
+        self.open(assignments)
         self.notebooks = nbgrader_course.course_notebooks(self.folder, assignments, self.sources)
         for sub in subs:
             found = [cn for cn in self.notebooks.get(sub.assignment, []) if cn.lab == sub.lab]
@@ -244,9 +246,15 @@ class Course:
         self.missing = nbgrader_course.missing_rows(self.folder, self.url, self.notebooks, subs, self.students)
         return subs
 
+    def open(self, assignments: set[str]) -> None:
+        """The course's database, checked (nbgrader's, holding every assignment graded) before anything is
+        written."""
+        from .nbgrader_db import check_course
+        self.url = check_course(self.folder, assignments)
+
     def points_changed(self) -> list[str]:
         from .nbgrader_course import points_changed
-        return points_changed(self.notebooks, self.sources)
+        return points_changed(self.notebooks)
 
     def finish(self, rows, in_slice):
         """The graded rows with the course's points, the missing ones added, the manual scores given so far and
@@ -335,16 +343,13 @@ def cmd_gradebook(args: argparse.Namespace) -> int:
     merged, problems = gradebook.merge(args.folders, args.out)
     meta = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **merged["meta"]}
     if course:
-        course.url = course_url(args.nbgrader, merged["rows"])
-    gradebook.save(merged["folder"], merged["rows"], meta)
+        course.open({r.assignment for r in merged["rows"] if r.assignment})
+    failed, written = save_rows(merged["folder"], merged["rows"], meta, None)
+    if not written:
+        return _into_course(None, merged["rows"], failed)
     print(f"merged {len(args.folders)} gradebook(s): {len(merged['rows'])} rows of "
           f"{len({r.student for r in merged['rows']})} student(s) into {printable(args.out)}")
     return _into_course(course, merged["rows"], [f"gradebook merge: {p}" for p in problems])
-
-
-def course_url(course: str, rows) -> str:
-    from .nbgrader_db import check_course
-    return check_course(course, {r.assignment for r in rows if r.assignment})
 
 
 def _into_course(course, rows, problems: list[str]) -> int:
@@ -352,7 +357,7 @@ def _into_course(course, rows, problems: list[str]) -> int:
     from .classlist import printable
     if course is not None:
         if course.url is None:
-            course.url = course_url(course.folder, rows)
+            course.open({r.assignment for r in rows if r.assignment})
         problems = problems + course.write(rows)
         if course.recorded:
             print(f"wrote {sum(1 for r in rows if r.assignment)} rows into {printable(course.folder)}/gradebook.db "

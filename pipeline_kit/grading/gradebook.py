@@ -28,7 +28,7 @@ from ..inputs import (Field, InputError, array, boolean, check_object, describe,
                       read_text, text)
 from ..limits import LimitError
 from . import names
-from .batch import GRADED, MISSING, NOT_GRADED, REFUSED, Row
+from .batch import GRADED, MISSING, NOT_GRADED, REFUSED, Row, duration_text
 from .classlist import printable
 from .notebook import QUESTIONS, read_notebook, source_dir
 from .report import question_label
@@ -162,8 +162,8 @@ def feedback_page(row: Row, hidden: set[str], course: str = "") -> str:
         r = row.report
         q = r.get("questions", {})
         summary = "; ".join(f"{question_label(k)} {v['points']:g} / {v['max_points']:g}" for k, v in q.items())
-        late = (f"<p>Handed in {escape(row.timestamp or '')} UTC, {escape(row.why.split('; ')[0])}: the course's "
-                f"late-submission policy took off {escape(_number(row.penalty))} of "
+        late = (f"<p>Handed in {escape(row.timestamp or '')} UTC, late by {duration_text(row.late_seconds or 0)}: "
+                f"the course's late-submission policy took off {escape(_number(row.penalty))} of "
                 f"{escape(_number(round(row.score + row.penalty, 2)))} points.</p>" if row.penalty else "")
         body = (f"<h2>{escape(_number(row.score))} / {escape(_number(row.max_score))} points</h2>{late}"
                 f"<p>{escape(summary)}</p>{table_html(r, lambda name: name in hidden)}"

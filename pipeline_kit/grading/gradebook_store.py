@@ -50,6 +50,7 @@ def locked(folder: Path, say: Callable[[str], None] | None = None) -> Iterator[N
     at most :data:`LOCK_WAIT_S` seconds, then a one-line error.  On entry, a gradebook a crashed run left swapped
     out is put back and the run's partial folders are removed."""
     _restore(folder)
+    made = not folder.exists()
     folder.mkdir(exist_ok=True)
     deadline, told = time.monotonic() + LOCK_WAIT_S, False
     while True:
@@ -73,6 +74,10 @@ def locked(folder: Path, say: Callable[[str], None] | None = None) -> Iterator[N
         for stale in _partial_names(folder):
             shutil.rmtree(stale, ignore_errors=True)
         yield
+    except BaseException:
+        if made and not any(folder.iterdir()):  # (a new gradebook that could not be written: not left empty)
+            folder.rmdir()
+        raise
     finally:
         os.close(fd)
 

@@ -84,7 +84,11 @@ def cmd_view(args: argparse.Namespace) -> int:
     if not meta:
         raise UsageError(f"argument DIR: {printable(args.folder)} has no grades.json (not a gradebook)")
     text = report_html(rows, printable(args.folder)) if args.action == "report" else export_csv(rows, args.format)
-    write_file_atomically(args.out, _utf8(text))
+    try:
+        write_file_atomically(args.out, _utf8(text))
+    except OSError as exc:  # (a full disk, a folder gone meanwhile: the old file, if any, is whole)
+        raise UsageError(f"argument --out: cannot write {printable(args.out)}: {exc.strerror or exc}; nothing was "
+                         "changed") from None
     print(f"{args.action}: {len(rows)} rows of {len({r.student for r in rows})} student(s), "
           f"{len({r.lab for r in rows})} lab(s) -> {printable(args.out)}")
     return 0

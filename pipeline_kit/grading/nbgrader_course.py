@@ -33,6 +33,7 @@ class CourseNotebook:
     lab: str
     points: dict[str, float]                       # the automatic checks (test cells): grade_id -> points
     manual: dict[str, float] = field(default_factory=dict)  # the manually graded cells: grade_id -> points
+    kit: dict[str, float] = field(default_factory=dict)     # every grade cell's points in the kit's own notebook
 
 
 def grade_cells(nb: dict) -> tuple[dict[str, tuple[float, str]], dict[str, float]]:
@@ -85,19 +86,14 @@ def _compare(path: Path, lab: str, nb: dict, kit: dict, assignment: str) -> Cour
         raise UsageError(f"argument --nbgrader: {printable(str(path))} disagrees with the kit's {lab}: "
                          f"{'; '.join(problems)}. Copy the kit's solutions/{lab}.ipynb into source/{assignment}/ "
                          f"again (points may differ) and run `nbgrader generate_assignment --force {assignment}`")
-    return CourseNotebook(assignment, path.stem, lab, {g: p for g, (p, _) in tests.items()}, manual)
+    return CourseNotebook(assignment, path.stem, lab, {g: p for g, (p, _) in tests.items()}, manual,
+                          {**{g: p for g, (p, _) in kit_tests.items()}, **kit_manual})
 
 
-def points_changed(notebooks: dict[str, list[CourseNotebook]], sources: Path | None) -> list[str]:
+def points_changed(notebooks: dict[str, list[CourseNotebook]]) -> list[str]:
     """The checks whose points the course changed, for the summary: ``lab04 m043_main_x 3 -> 4``."""
-    out = []
-    for nbs in notebooks.values():
-        for cn in nbs:
-            kit_tests, kit_manual = grade_cells(read_notebook((sources or source_dir()) / f"{cn.lab}.ipynb"))
-            kit = {**{g: p for g, (p, _) in kit_tests.items()}, **kit_manual}
-            out += [f"{cn.assignment} {g} {kit[g]:g} -> {p:g}" for g, p in {**cn.points, **cn.manual}.items()
-                    if g in kit and kit[g] != p]
-    return out
+    return [f"{cn.assignment} {g} {cn.kit[g]:g} -> {p:g}" for nbs in notebooks.values() for cn in nbs
+            for g, p in {**cn.points, **cn.manual}.items() if g in cn.kit and cn.kit[g] != p]
 
 
 def with_course_points(report: dict, cn: CourseNotebook) -> dict:
@@ -131,11 +127,9 @@ def missing_rows(course: str, url: str, notebooks: dict[str, list[CourseNotebook
             for cn in nbs:
                 checks = [{"name": g, "points": 0.0, "max_points": p, "feedback": "no submission"}
                           for g, p in cn.points.items()]
+                manual = [{"name": g, "max_points": p, "answered": False, "points": None} for g, p in cn.manual.items()]
                 report = {"score": 0.0, "max_score": round(sum(cn.points.values()), 2), "questions": {},
-                          "checks": checks, "manual": [{"name": g, "max_points": p, "answered": False, "points": None}
-                                                       for g, p in cn.manual.items()]}
-                if not report["manual"]:
-                    del report["manual"]
+                          "checks": checks, **({"manual": manual} if manual else {})}
                 rows.append(Row(printable(student), cn.lab, "", None, report=report, assignment=assignment,
                                 notebook_id=cn.notebook_id, status=MISSING))
     return rows
@@ -176,12 +170,12 @@ def late_penalties(course: str, url: str, rows: list[Row]) -> None:
     with Gradebook(url) as gb:
         for row in late:
             due = gb.find_assignment(row.assignment).duedate
+            if due is None:
+                continue
             try:
                 extension = gb.find_submission(row.assignment, row.student).extension
             except MissingEntry:
                 extension = None
-            if due is None:
-                continue
             seconds = max(0.0, (parse_utc(row.timestamp) - (due + extension if extension else due)).total_seconds())
             row.late_seconds, row.penalty = seconds, None
             if seconds > 0:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..argtypes import UsageError
 from ..interrupts import write_file_atomically
-from .batch import MISSING, NOT_GRADED, Row
+from .batch import GRADED, MISSING, NOT_GRADED, Row
 from .classlist import printable, small_file
 
 LOCKED_WAIT_S = 60  # how long a locked database is retried before the command reports it
@@ -103,6 +103,7 @@ def _record(url: str, rows: list[Row]) -> list[str]:
     import warnings
 
     from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.utils import parse_utc
 
     problems = []
     with Gradebook(url) as gb, warnings.catch_warnings():
@@ -120,7 +121,6 @@ def _record(url: str, rows: list[Row]) -> list[str]:
             except MissingEntry:
                 submission = gb.add_submission(row.assignment, row.student)
             if row.timestamp:
-                from nbgrader.utils import parse_utc
                 submission.timestamp = parse_utc(row.timestamp)
             try:
                 notebook = gb.find_submission_notebook(row.notebook_id, row.assignment, row.student)
@@ -154,22 +154,21 @@ def write_course(course: str, url: str, rows: list[Row], sources: Path | None) -
     """Everything the course gets from a grade, once the kit's gradebook holds it: the scores into the database,
     then each student's page into ``feedback/``; returns the problems, one line each, and whether the database
     was written."""
-    from .gradebook import feedback_page, hidden_checks
     problems, written = record(url, rows)
-    hidden = {lab: hidden_checks(lab, sources) for lab in {r.lab for r in rows if r.report}}
-    pages = {(r.student, r.lab): feedback_page(r, hidden.get(r.lab, set())) for r in rows}
-    return problems + deliver(course, rows, pages), written
+    return problems + deliver(course, rows, sources), written
 
 
-def deliver(course: str, rows: list[Row], pages: dict[tuple[str, str], str]) -> list[str]:
-    """Put each student's feedback page where ``nbgrader release_feedback`` takes it,
+def deliver(course: str, rows: list[Row], sources: Path | None) -> list[str]:
+    """Put each graded student's feedback page where ``nbgrader release_feedback`` takes it,
     ``COURSE/feedback/<student>/<assignment>/<notebook>.html``, with the submission's ``timestamp.txt`` and
     ``submission_secret.txt`` beside it (release_feedback reads both), and the submitted notebook into
     ``autograded/<student>/<assignment>/`` (formgrader shows it to the instructor who grades its manual cells).
-    ``pages`` maps (student, lab) to the page's HTML.  Returns the problems."""
-    problems = []
+    Only graded rows: a refused notebook may be a link, which is never followed (its page stays in the kit's
+    gradebook).  Returns the problems."""
+    from .gradebook import feedback_page, hidden_checks
+    problems, hidden = [], {}
     for row in rows:
-        if row.assignment is None or row.status in (NOT_GRADED, MISSING) or not row.notebook_id:
+        if row.assignment is None or row.status != GRADED or not row.notebook_id:
             continue
         submitted = Path(course, "submitted", row.student, row.assignment)
         if not submitted.is_dir():  # (a name the kit had to escape: not nbgrader's folder name)
@@ -187,8 +186,10 @@ def deliver(course: str, rows: list[Row], pages: dict[tuple[str, str], str]) -> 
                 for name, text in extra.items():
                     if text is not None:
                         write_file_atomically(str(folder / name), text)
+            if row.lab not in hidden:
+                hidden[row.lab] = hidden_checks(row.lab, sources)
             write_file_atomically(str(Path(course, "feedback", row.student, row.assignment,
-                                           f"{row.notebook_id}.html")), pages[row.student, row.lab])
+                                           f"{row.notebook_id}.html")), feedback_page(row, hidden[row.lab]))
             write_file_atomically(str(Path(course, "autograded", row.student, row.assignment,
                                            f"{row.notebook_id}.ipynb")), Path(row.notebook).read_text("utf-8"))
         except (OSError, ValueError) as exc:
