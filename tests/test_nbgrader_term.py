@@ -39,6 +39,20 @@ def _cli(*args, cwd=ROOT, timeout=600):
                           timeout=timeout, cwd=cwd, env=env, check=False)
 
 
+def _run(*args, cwd=None):
+    """``python -m pipeline_kit ARGS`` in this process, for a command that grades nothing (a new interpreter costs
+    seconds of nbgrader's imports each): its exit status and output, as :func:`_cli` gives them."""
+    import contextlib
+    import io
+    import types
+
+    from pipeline_kit.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def _rows(folder: Path) -> dict:
     return {(r["student"], r["lab"]): r for r in json.loads((folder / "grades.json").read_text())["rows"]}
 
@@ -132,19 +146,19 @@ def test_a_course_that_disagrees_with_the_kit_stops_before_grading(term_course, 
     cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("points"))
     cell["metadata"]["nbgrader"]["grade_id"] = "renamed_check"
     src.write_text(json.dumps(nb))
-    proc = _cli("grade", "--nbgrader", copy, "--assignment", "lab02", cwd=tmp_path)
+    proc = _run("grade", "--nbgrader", copy, "--assignment", "lab02", cwd=tmp_path)
     assert proc.returncode == 2 and "renamed_check" in proc.stderr and "added" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "grading" not in proc.stderr
 
 
 def test_report_and_exports_of_the_term(term_course, tmp_path):
     book = term_course["book"]
-    proc = _cli("gradebook", "report", book, "-o", tmp_path / "report.html")
+    proc = _run("gradebook", "report", book, "-o", tmp_path / "report.html")
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "report.html").read_text()
     assert f'id="lab-{LAB2}"' in page and "<svg" in page
     for fmt in ("canvas", "moodle", "csv"):
-        proc = _cli("gradebook", "export", book, "--format", fmt, "-o", tmp_path / f"{fmt}.csv")
+        proc = _run("gradebook", "export", book, "--format", fmt, "-o", tmp_path / f"{fmt}.csv")
         assert proc.returncode == 0, proc.stderr
         with open(tmp_path / f"{fmt}.csv", newline="") as fh:
             assert any("bob" in ",".join(r) for r in csv.reader(fh))
@@ -306,7 +320,7 @@ def test_a_damaged_gradebook_stops_the_commands(tmp_path):
     for args in (("grade", LABS / f"{LAB2}.ipynb", "--gradebook", book),
                  ("gradebook", "merge", book, "--out", tmp_path / "merged"),
                  ("gradebook", "report", book, "-o", tmp_path / "r.html")):
-        proc = _cli(*args, cwd=tmp_path)
+        proc = _run(*args, cwd=tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "rows" in proc.stderr and "running cell" not in proc.stderr
 
@@ -317,7 +331,7 @@ def test_a_bad_database_is_one_line_and_untouched(tmp_path, content):
     (course / "submitted" / "ann" / "lab02").mkdir(parents=True)
     shutil.copy(LABS / f"{LAB2}.ipynb", course / "submitted" / "ann" / "lab02")
     (course / "gradebook.db").write_bytes(content)
-    proc = _cli("grade", "--nbgrader", course, cwd=tmp_path)
+    proc = _run("grade", "--nbgrader", course, cwd=tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "gradebook.db" in proc.stderr and (course / "gradebook.db").read_bytes() == content
 
@@ -336,7 +350,7 @@ def test_a_locked_database_is_waited_for_then_reported(term_course, tmp_path, mo
         holder.rollback()
         holder.close()
     assert not written and len(problems) == 1 and "locked" in problems[0] and "gradebook record" in problems[0]
-    proc = _cli("gradebook", "record", book, "--nbgrader", course)
+    proc = _run("gradebook", "record", book, "--nbgrader", course)
     assert proc.returncode == 0, proc.stderr
     assert "rows into" in proc.stdout
     assert {r.status for r in rows} == {GRADED, MISSING} and NOT_GRADED not in {r.status for r in rows}
@@ -407,7 +421,7 @@ def test_slices_of_a_course_end_in_one_database(term_course, tmp_path):
         slices.append(folder)
     with sqlite3.connect(course / "gradebook.db") as db:
         db.execute("UPDATE grade SET auto_score = NULL")
-    proc = _cli("gradebook", "merge", *slices, "--out", tmp_path / "merged", "--nbgrader", course)
+    proc = _run("gradebook", "merge", *slices, "--out", tmp_path / "merged", "--nbgrader", course)
     assert proc.returncode == 0, proc.stderr
     assert "rows into" in proc.stdout and set(_rows(tmp_path / "merged")) == set(_rows(book))
     exported = term.export(course)
