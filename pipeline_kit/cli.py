@@ -306,12 +306,23 @@ def add_make_labs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if labs/ is not what solutions/ makes")
     p.add_argument("--solutions", metavar="DIR", default=None, help="the solution notebooks (default: solutions/)")
     p.add_argument("--labs", metavar="DIR", default=None, help="where the student notebooks go (default: labs/)")
+    p.add_argument("--release", metavar="DIR", default=None,
+                   help="instead, write a new (or empty) folder DIR to hand a student: labs/, the book's chapter "
+                        "sources and the built book if there is one -- nothing of solutions/")
 
 
 def cmd_make_labs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .grading.release import ROOT, ReleaseError, make_labs
+    from .grading.release import ROOT, ReleaseError, make_labs, make_release
+    if args.release is not None:
+        if args.check or args.labs:
+            raise UsageError("argument --release: not with --check or --labs (the release makes its own labs/)")
+        try:
+            print(make_release(Path(args.release), Path(args.solutions or ROOT / "solutions")))
+        except ReleaseError as exc:
+            raise UsageError(str(exc)) from None
+        return 0
     try:
         problems = make_labs(Path(args.solutions or ROOT / "solutions"), Path(args.labs or ROOT / "labs"),
                              check=args.check)

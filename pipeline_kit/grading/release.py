@@ -4,19 +4,29 @@ The preprocessors run in the order of nbgrader's own ``generate_assignment`` -- 
 solutions to ``raise NotImplementedError()``, clear outputs, clear hidden tests, clear mark schemes,
 check metadata and compute checksums -- minus the database step, so a lab here is what nbgrader would
 release and an instructor can import ``solutions/`` into an nbgrader course unchanged.
+
+``make-labs --release DIR`` (:func:`make_release`) writes a folder a student can be handed instead of the
+repository: the labs, the book's chapter sources and the built book where there is one -- laid out as in the
+repository, so each lab's links (``../book/...``) still work -- and nothing of ``solutions/``, which a student
+who opens the repository in JupyterLab sees beside ``labs/``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 from ..inputs import InputError, check_output_path, inside, read_json, read_text
 from ..interrupts import write_file_atomically
 from ..limits import LimitError
+from .gradebook_store import WRITING, _fsync_tree
 
 ROOT = Path(__file__).resolve().parents[2]
+SOLUTION_MARKERS = (b"BEGIN SOLUTION", b"BEGIN HIDDEN TESTS")  # nbgrader's: in a solution, never in a release
 
 
 class ReleaseError(ValueError):
@@ -143,3 +153,85 @@ def _write(path: Path, text: str) -> None:
         write_file_atomically(str(path), text)
     except OSError as exc:
         raise ReleaseError(f"argument --labs: cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def make_release(dest: Path, solutions: Path = ROOT / "solutions", book: Path = ROOT / "book") -> str:
+    """Write the folder ``dest`` (missing or empty) for a student: ``labs/`` as make-labs makes it,
+    ``book/chapters/*.md`` and, where it was built, ``book/_build/html/``; returns the one line to print.
+
+    All or nothing: the release is built in a sibling folder (``.<name>.writing-*``) and renamed to ``dest`` at the
+    end -- a rename onto an empty folder, never onto one that holds anything.  Before that rename every file is
+    searched for nbgrader's solution and hidden-test markers, so a solution that reached the book (or a lab) stops
+    the release instead of going to the students."""
+    dest = Path(os.path.abspath(dest))
+    _check_release(dest, solutions, book)
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{dest.name}{WRITING}", dir=dest.parent))
+    except OSError as exc:
+        raise ReleaseError(f"argument --release: cannot write in {str(dest.parent)!r}: {exc.strerror or exc}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(work, stat.S_IMODE(os.stat(dest).st_mode) if dest.is_dir() else 0o777 & ~umask)  # not mkdtemp's 0700
+        make_labs(solutions, work / "labs")
+        labs = sorted((work / "labs").glob("*.ipynb"))
+        chapters = sorted(p for p in (book / "chapters").glob("*.md") if p.is_file() and not p.is_symlink())
+        (work / "book" / "chapters").mkdir(parents=True)
+        for src in chapters:
+            shutil.copyfile(src, work / "book" / "chapters" / src.name)
+        built = book / "_build" / "html"
+        with_book = built.is_dir()
+        if with_book:
+            shutil.copytree(built, work / "book" / "_build" / "html", ignore=_links)
+        _refuse_solutions(work, dest)
+        _fsync_tree(work)
+        os.rename(work, dest)  # (onto an empty folder only: one that got a file since fails, untouched)
+    except OSError as exc:
+        raise ReleaseError(f"argument --release: cannot write {str(dest)!r}: {exc.strerror or exc}; nothing was "
+                           "written") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # (after the rename: nothing is left there)
+    what = f"wrote {dest}: {len(labs)} labs in labs/, {len(chapters)} chapter sources in book/chapters/"
+    if with_book:
+        return what + f" and the built book in book/_build/html/; a student opens it with `jupyter lab` in {dest}"
+    return (what + f"; the built book is not included ({built} is missing): for the labs' links to its pages, run "
+            f"`jupyter-book build book` in {book.parent}, then make the release again")
+
+
+def _check_release(dest: Path, solutions: Path, book: Path) -> None:
+    """``dest`` refused before any work: not a new or empty folder, its folder missing or read-only, or inside
+    what the release is made from (it would copy itself, or sit among the solutions)."""
+    where = f"argument --release: {str(dest)!r}"
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise ReleaseError(f"{where} is {'a link' if dest.is_symlink() else 'a file'}; give a new or empty folder")
+    if dest.is_dir() and os.path.samefile(dest, "."):  # (a shell in it would see the old, empty folder)
+        raise ReleaseError(f"{where} is the current folder: name a new folder, or run the command from its parent")
+    if dest.is_dir() and any(dest.iterdir()):
+        raise ReleaseError(f"{where} is not empty; the release goes into a new or empty folder, so that nothing "
+                           "there is replaced: give another")
+    if not solutions.is_dir() or not any(solutions.glob("*.ipynb")):
+        raise ReleaseError(f"argument --solutions: {str(solutions)!r} is not a folder of solution notebooks")
+    for source, what in ((solutions, "the solutions"), (book, "the book")):
+        if inside(str(dest), str(source)) or inside(str(source), str(dest)):
+            raise ReleaseError(f"{where} overlaps {what} ({str(source)!r}) the release is made from: give a folder "
+                               "outside it")
+    if not dest.parent.is_dir():
+        raise ReleaseError(f"{where}: the folder {str(dest.parent)!r} does not exist")
+    if not os.access(dest.parent, os.W_OK | os.X_OK):
+        raise ReleaseError(f"{where}: the folder {str(dest.parent)!r} is not writable")
+
+
+def _links(folder: str, names: list[str]) -> list[str]:
+    """What the built book's copy leaves out: links, which could name any file of the machine's."""
+    return [n for n in names if os.path.islink(os.path.join(folder, n))]
+
+
+def _refuse_solutions(work: Path, dest: Path) -> None:
+    for root, _, files in os.walk(work):
+        for name in files:
+            path = Path(root, name)
+            data = path.read_bytes()
+            marker = next((m for m in SOLUTION_MARKERS if m in data), None)
+            if marker:
+                raise ReleaseError(f"argument --release: {path.relative_to(work)} would hold {marker.decode()!r} "
+                                   f"(a solution); nothing was written to {str(dest)!r}")
