@@ -1,6 +1,7 @@
 """Figures are checked for what they show: one box per op, the right colours and labels, the bubble, the axes."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -290,3 +291,97 @@ def test_v_placement_is_labelled_on_the_rows_legend_and_title():
         "rank 0\nstages 0, 7", "rank 1\nstages 1, 6", "rank 2\nstages 2, 5", "rank 3\nstages 3, 4"]
     assert "lighter: chunk 1 = stage 7-rank (V)" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert ax.get_title() == "zbv, pp=4, M=8, v=2, V placement"
+
+
+# -- the planner's plot ------------------------------------------------------------------------------------------
+def _plan(gpus=8, gb=1.5, batch=16, schedules=None):
+    from pipeline_kit.layout import load_model_spec
+    from pipeline_kit.plan import GB, Hardware, plan
+    return plan(load_model_spec("bank-pp8"), Hardware(gpus, gb * GB), global_batch=batch, model_name="bank-pp8",
+                schedules=schedules)
+
+
+def _legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def _x_labels(ax):
+    ax.figure.draw_without_rendering()
+    return [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+
+
+def test_plan_plot_counts_every_candidate_once_as_its_legend_does():
+    """The title's counts add up to every candidate, and its "too big" is the legend's crosses."""
+    from pipeline_kit.viz.plan import plan_plot
+    for search, title in (
+            (_plan(), "4 candidates fit, 107 too big, 5 refused by the family"),
+            (_plan(gb=1.0, batch=12), "0 candidates fit, 60 too big, 32 refused by the batch or the family"),
+            (_plan(gpus=2, gb=2, schedules=["interleaved"]), "1 candidate fits, 9 too big, 5 refused by the family"),
+            (_plan(gb=80), "111 candidates fit, 5 refused by the family")):
+        ax = plan_plot(search).axes[0]
+        assert ax.get_title() == f"bank-pp8 on {search.hardware.gpus} GPUs: {title}"
+        numbers = [int(n) for n in re.findall(r"(\d+) (?:candidates? fits?|too big|refused)", title)]
+        assert sum(numbers) == len(search.candidates)
+        big = sum(c.refusal == "memory" for c in search.candidates)
+        assert [t for t in _legend(ax) if t.startswith("too big")] == ([f"too big ({big}; drawn at the top)"]
+                                                                       if big else [])
+        assert (f"{big} too big" in title) == bool(big)
+
+
+def test_a_logarithmic_memory_axis_has_round_plain_labels():
+    from pipeline_kit.viz.plan import memory_ticks, plan_plot
+    search = _plan()
+    ax = plan_plot(search).axes[0]
+    assert ax.get_xscale() == "log"
+    labels = _x_labels(ax)
+    assert labels == ["1.2", "1.5", "2", "2.5", "3", "4"]  # GB, plain numbers, across the data
+    memory = [c.worst_memory_bytes / 1e9 for c in search.candidates if c.worst_memory_bytes]
+    assert float(labels[0]) < 1.5 * min(memory) and float(labels[-1]) > max(memory) / 1.5
+    # the book sets the scale itself after the call: the labels are still round numbers, not powers of ten
+    ax = plan_plot(_plan(gb=80)).axes[0]
+    assert ax.get_xscale() == "linear"
+    ax.set_xscale("log")
+    assert _x_labels(ax) == ["1", "2", "5", "10", "20", "50"]
+    # any view: 5 to 8 labels where round values allow, plain numbers
+    assert memory_ticks(0.02, 3000) == [0.1, 1, 10, 100, 1000]
+    assert memory_ticks(1e-3, 1e5) == [0.001, 0.1, 10, 1000, 100000]  # (nine decades: every other one)
+    narrow = memory_ticks(1.21, 1.29)
+    assert len(narrow) >= 4 and all(1.21 <= v <= 1.29 for v in narrow) and f"{narrow[1]:g}" == "1.23"
+    assert memory_ticks(0, 1) == memory_ticks(2, 1) == []
+
+
+def test_plan_plot_marks_candidates_and_can_leave_the_pick_unmarked(tmp_path):
+    """``marks`` draws each candidate as a labelled black star (one that does not fit: at its memory on the top
+    edge, as the crosses); ``show_pick=False`` leaves out the pick's ring and name; the default keeps them."""
+    from pipeline_kit.arguments import ArgumentError
+    from pipeline_kit.viz.plan import plan_plot, save_plan_plot
+    search = _plan()
+    best = search.candidates[search.best]
+    ax = plan_plot(search).axes[0]
+    assert "the pick" in _legend(ax) and [t.get_text() for t in ax.texts] == [best.label()]
+    assert not [c for c in ax.collections if (c.get_gid() or "").startswith("mark:")]
+    mine = next(c for c in search.candidates if c.refusal == "memory" and c.schedule == "zbv")
+    base = next(c for c in search.candidates if c.fits and c.schedule == "1f1b" and c.layout_kind == "even")
+    ax = plan_plot(search, show_pick=False, marks=[("yours", mine), ("plain 1F1B", base)]).axes[0]
+    assert "the pick" not in _legend(ax) and best.label() not in [t.get_text() for t in ax.texts]
+    assert sorted(t.get_text() for t in ax.texts) == ["plain 1F1B", "yours (too big)"]
+    stars = {c.get_gid(): c for c in ax.collections if (c.get_gid() or "").startswith("mark:")}
+    top = max(1e3 * c.step_time_s for c in search.candidates if c.fits)
+    assert stars["mark:yours"].get_offsets().tolist() == [[mine.worst_memory_bytes / 1e9, top]]
+    assert stars["mark:plain 1F1B"].get_offsets().tolist() == [[base.worst_memory_bytes / 1e9,
+                                                                 1e3 * base.step_time_s]]
+    assert all(to_rgb(c.get_facecolor()[0]) == (0, 0, 0) for c in stars.values())
+    out = tmp_path / "plan.png"
+    save_plan_plot(search, str(out), show_pick=False, marks=[("yours", mine)])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # marks that cannot be drawn: one line naming the mark
+    family = next(c for c in search.candidates if c.refusal == "family")
+    for marks, words in (([("x", "1f1b")], "argument marks[0]: expected a (label, Candidate) pair, got ('x', '1f1b')"),
+                         ("yours", "argument marks: expected a list of (label, Candidate) pairs, got str"),
+                         ([("yours", family)], "argument marks[0]: 'yours' (")):
+        with pytest.raises(ArgumentError) as err:
+            plan_plot(search, marks=marks)
+        assert str(err.value).startswith("plan_plot: ") and words in str(err.value), str(err.value)
+    assert "has no memory to draw: it was refused before it was sized (interleaved refuses" in str(err.value)
+    with pytest.raises(ArgumentError, match="argument show_pick: expected True or False"):
+        plan_plot(search, show_pick="no")
