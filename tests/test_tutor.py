@@ -255,6 +255,47 @@ def test_grade_me_without_a_file_says_how_to_name_one(shell, monkeypatch, tmp_pa
         assert result.success and shown == [message] and tutor.last_self_grade is None
 
 
+def test_grade_me_with_a_bad_path_says_what_is_wrong_in_one_sentence(shell, monkeypatch, tmp_path):
+    """Whatever path a student types -- another user's ``~``, a file that is not there, a folder, a file that is not
+    a notebook, a name the file system refuses -- the cell shows one sentence naming it, never a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / LAB2.name).write_bytes(LAB2.read_bytes())
+    (tmp_path / "notes.txt").write_text("my notes")
+    (tmp_path / "broken.ipynb").write_text("{")
+    long_name = "a" * 300 + ".ipynb"
+    run(shell, "from pipeline_kit.grading.tutor import grade_me")
+    for call, message in (
+            ("grade_me('~nosuchuser-pk/lab02_timelines.ipynb')",
+             "grade_me: ~nosuchuser-pk/lab02_timelines.ipynb starts with ~nosuchuser-pk, but this computer has no "
+             "user 'nosuchuser-pk': give the notebook's path without it, e.g. grade_me('lab02_timelines.ipynb') for "
+             "a notebook in this one's folder"),
+            ("import pathlib; grade_me(pathlib.Path('~nosuchuser-pk'))",
+             "grade_me: ~nosuchuser-pk starts with ~nosuchuser-pk, but this computer has no user 'nosuchuser-pk': "
+             "give the notebook's path without it"),
+            ("grade_me('lab02.ipynb')",
+             f"grade_me: no notebook at lab02.ipynb ({tmp_path / 'lab02.ipynb'}): there is no such file; check its "
+             "name, and that it is saved"),
+            ("grade_me('notes.txt/lab02.ipynb')",
+             f"grade_me: no notebook at notes.txt/lab02.ipynb ({tmp_path / 'notes.txt/lab02.ipynb'}): there is no "
+             "such file; check its name, and that it is saved"),
+            ("grade_me('labs')",
+             f"grade_me: labs is a folder, not a notebook: name the lab's .ipynb file in it, e.g. "
+             f"grade_me('labs/{LAB2.name}')"),
+            ("grade_me('notes.txt')", "grade_me: notes.txt is not a notebook: name the lab's saved .ipynb file"),
+            ("grade_me('/dev/null')", "grade_me: /dev/null is not a notebook: name the lab's saved .ipynb file"),
+            (f"grade_me({long_name!r})",
+             f"grade_me: cannot read {long_name[:100]!r}... (306 characters): File name too long"),
+            ("grade_me('lab\\0.ipynb')", "grade_me: 'lab\\x00.ipynb' is not a file name"),
+            ("grade_me('broken.ipynb')",
+             f"{tmp_path / 'broken.ipynb'}: not a readable notebook (its JSON: not valid JSON: Expecting property "
+             "name enclosed in double quotes at line 1, column 2)")):
+        result, stdout, shown = run(shell, call)
+        assert result.success and "Traceback" not in stdout, (call, stdout)
+        assert shown == [message] and tutor.last_self_grade is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.ipynb", "labs", "notes.txt"]
+
+
 def test_the_grade_command_reports_progress_a_line_per_cell(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pipeline_kit", "grade", str(LAB2), "--json", "--progress"],
                          capture_output=True, text=True, timeout=300)

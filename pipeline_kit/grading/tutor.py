@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from html import escape
+from pathlib import Path
 
+from ..inputs import excerpt
 from . import names, parts, self_grade, verdict
 from .notebook import DEFAULT_TIMEOUT, GradeError, cell_kind, nbgrader_meta, read_notebook, source_dir
 from .report import Report
@@ -251,6 +254,12 @@ def grade_me(notebook: str | None = None, seed: int | None = None) -> None:
     hidden cases' seed (a fresh one by default).  The report stays in ``pipeline_kit.grading.tutor.last_self_grade``.
     """
     global last_self_grade
+    problem = notebook_problem(notebook)
+    if problem is not None:
+        from IPython.display import display
+        display(self_grade._bundle(problem, f"<p>{escape(problem)}</p>"), raw=True)  # (as grade_saved shows its own)
+        last_self_grade = None
+        return
     shell = _shell()
     user_ns = shell.user_ns if shell is not None else {}
     ran = list(shell.history_manager.input_hist_raw[1:-1]) if shell is not None else []  # not this cell itself
@@ -258,6 +267,45 @@ def grade_me(notebook: str | None = None, seed: int | None = None) -> None:
     by_id = {cid: src for cid, src in RAN_BY_ID.items() if cid != _current_cell_id(shell)}
     last_self_grade = self_grade.grade_saved(notebook, seed, lambda lab, gid: hidden.get((lab, gid), False),
                                              user_ns, ran, by_id)
+
+
+def notebook_problem(notebook) -> str | None:
+    """Why the path given to :func:`grade_me` names no notebook it can grade, in one sentence for the student; None
+    when it does (or none was given, or it is not a path at all: the self-grade says that itself).
+
+    Why here: the path is the one thing a student types into ``grade_me``, and ``~someone/lab.ipynb``,
+    ``Path.expanduser``'s ``RuntimeError`` for a user this computer does not have, or a name too long for the file
+    system ended the cell in a traceback."""
+    if notebook is None or not isinstance(notebook, (str, os.PathLike)):
+        return None
+    text = os.fspath(notebook)
+    if not isinstance(text, str) or not text:
+        return None
+    shown = text if len(text) <= 120 and text.isprintable() else excerpt(text)
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:
+        user = text[1:].split(os.sep, 1)[0]
+        whose = f"this computer has no user {user!r}" if user else "this computer does not say where your home is"
+        example = f", e.g. grade_me({Path(text).name!r}) for a notebook in this one's folder" if os.sep in text else ""
+        return f"grade_me: {shown} starts with ~{user}, but {whose}: give the notebook's path without it{example}"
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        full = os.path.abspath(path)  # (a relative path starts in the kernel's folder: say which file that was)
+        where = f" ({full})" if not path.is_absolute() and len(full) <= 200 and full.isprintable() else ""
+        return f"grade_me: no notebook at {shown}{where}: there is no such file; check its name, and that it is saved"
+    except OSError as exc:
+        return f"grade_me: cannot read {shown}: {exc.strerror or exc}"
+    except ValueError:  # a NUL in the name
+        return f"grade_me: {shown} is not a file name"
+    if stat.S_ISDIR(st.st_mode):
+        inside = sorted(path.glob("*.ipynb"))[:1]
+        example = f", e.g. grade_me({str(Path(text) / inside[0].name)!r})" if inside else ""
+        return f"grade_me: {shown} is a folder, not a notebook: name the lab's .ipynb file in it{example}"
+    if not stat.S_ISREG(st.st_mode) or path.suffix != ".ipynb":
+        return f"grade_me: {shown} is not a notebook: name the lab's saved .ipynb file"
+    return None
 
 
 last_self_grade = None
