@@ -175,3 +175,14 @@ def book_html() -> Path:
     text = (out / "build.log").read_text(errors="replace") if (out / "build.log").exists() else ""
     assert rc == 0, f"jupyter-book build failed (exit {rc}):\n{text[-9000:]}"
     return out / "_build" / "html"
+
+
+@pytest.fixture
+def one_thread():
+    """Lab 6's checks build tiny torch models by the dozen: on a shared 2-core machine intra-op threads only
+    fight each other (7x slower here), so tests that run them in-process run on one thread (restored after)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

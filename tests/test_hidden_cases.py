@@ -58,17 +58,6 @@ def as_the_grader_sees_it(student: dict, session) -> dict:
     return ns
 
 
-@pytest.fixture
-def one_thread():
-    """Lab 6's checks build tiny torch models by the dozen: on a shared 2-core machine intra-op threads only
-    fight each other (7x slower here), so the draws run on one thread; the setting is restored after."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("lab", LABS)
 def test_the_model_answer_passes_the_hidden_cases_of_any_seed(lab, one_thread):
     nb = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)

@@ -51,7 +51,35 @@ def test_a_checks_own_parts_cost_their_share():
 def test_more_than_three_failures_end_with_how_many_more():
     out = parts.run_test_cell("check_three([False] * 5)\n", _checks())
     assert out.earned == 0.0
-    assert out.feedback == "property 0 is wrong; property 1 is wrong; property 2 is wrong; and 2 more"
+    assert out.feedback == ("property 0 is wrong; property 1 is wrong; property 2 is wrong; and 2 more: property 3 is "
+                            "wrong; property 4 is wrong")
+
+
+def test_a_long_listing_names_up_to_max_items_then_counts():
+    many = [f"case {i} fails" for i in range(parts.MAX_ITEMS + 3)]
+    text = parts.listing(many)
+    assert text.startswith("case 0 fails; case 1 fails; case 2 fails; and 12 more: case 3 fails")
+    assert f"case {parts.MAX_ITEMS - 1} fails (and 3 not listed)" in text and f"case {parts.MAX_ITEMS} " not in text
+
+
+def test_a_check_of_cases_lists_every_failing_case_and_costs_the_same():
+    """A check fails on its first failing case; the decorator then names every failing one (a slip in two edge
+    cases shows in one grade) -- the points are the same, the first listed is the first that failed."""
+    from pipeline_kit.course.questions.common import check, fail
+
+    @check
+    def check_double(double, cases):
+        for x in cases:
+            if double(x) != 2 * x:
+                fail(f"double({x}) is wrong")
+
+    with pytest.raises(parts.LabCheckFailed) as err:
+        check_double(lambda x: 2 * x if x % 3 else x, [1, 3, 4, 6, 9])
+    assert str(err.value) == "double(3) is wrong; double(6) is wrong; double(9) is wrong"
+    assert err.value.lost == 1.0
+    with pytest.raises(parts.LabCheckFailed) as err:
+        check_double(lambda x: 0, [1])
+    assert str(err.value) == "double(1) is wrong"
 
 
 def test_a_failing_setup_statement_fails_every_part_after_it_once():

@@ -46,9 +46,10 @@ ATTEMPTS = 2  # a grade the machine failed is tried once more, in a fresh sandbo
 class MachineFailure(Exception):
     """Something the student's code did not cause ended this attempt: a kernel or sandbox that could not start for
     want of processes or memory, a given cell that failed before any of the student's code ran."""
-# a check's feedback: up to three failing parts (parts.MAX_LISTED), each listing up to three failing properties of
-# at most parts.PART_FEEDBACK_LIMIT characters, and the answer cells that failed -- a cap that cuts no substance
-FEEDBACK_LIMIT = 4000
+# a check's feedback: its failing parts, each listing its failing properties or cases (parts.MAX_LISTED up front,
+# parts.MAX_ITEMS in all) of at most parts.PART_FEEDBACK_LIMIT characters, and the answer cells that failed -- a cap
+# for a report's size, cut at the end, so the items up front are always whole
+FEEDBACK_LIMIT = 12000
 
 
 def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout: float = DEFAULT_TIMEOUT,

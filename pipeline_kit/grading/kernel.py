@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import sandbox, wire
+from .parts import OutOfTime
 
 KILL_GRACE = 5.0  # an interrupt reaches a busy Python kernel in milliseconds; five seconds is for a loaded machine
 START_TIMEOUT = 120.0
@@ -36,7 +37,7 @@ RELAY = Path(__file__).with_name("_kernel_relay.py")
 BASE64 = re.compile(r"'[A-Za-z0-9+/=]*'")
 
 
-class StudentTimeout(BaseException):
+class StudentTimeout(OutOfTime):
     """The student's code ran past its time limit; a BaseException so that no check can swallow it."""
 
 

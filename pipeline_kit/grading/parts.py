@@ -2,7 +2,7 @@
 
 Why: one wrong function out of three used to cost all three of a cell's points, and its feedback named only the
 first failure, so a student could not tell one slip from three.  Two levels share the points, and both list every
-failing part (up to :data:`MAX_LISTED`, then "and N more"):
+failing part (:data:`MAX_LISTED` up front, then "and N more: ..." up to :data:`MAX_ITEMS`):
 
 * **A test cell** is split into its top-level statements.  Each call of a check (``lab08.check_owner(...)``) is a
   part named by the check; a check called twice (the visible cases, then the hidden ones) is one part, failed by
@@ -19,10 +19,12 @@ and tests run it on an in-process notebook's.
 from __future__ import annotations
 
 import ast
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-MAX_LISTED = 3             # failing parts listed in full, then "and N more"
+MAX_LISTED = 3             # failing parts or cases listed up front, then "and N more: ..." (folded in HTML)
+MAX_ITEMS = 12             # failing parts or cases listed at all; beyond them, only counted
 PART_FEEDBACK_LIMIT = 300  # characters of one failing property's message (a sentence or two); a listing of several
                            # is cut item by item, never as a whole, so each listed mistake keeps its substance
 
@@ -39,16 +41,31 @@ class LabCheckFailed(AssertionError):
         self.parts = list(parts) if parts else None  # each failing property's own message (from :class:`Parts`)
 
 
+class OutOfTime(BaseException):
+    """A time limit ended the student's code (the grade's per-call limit, or a notebook's check-cell limit).  A
+    ``BaseException``, so no check swallows it; a check that tries its cases again stops at it."""
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``"1 message"``, ``"2 messages"`` (``many`` for irregular plurals): the one rule for counted words."""
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
+FOLD = re.compile(r"; and ([0-9,]+) more: ")  # where a listing folds: HTML shows what follows behind a toggle
+
+
 def listing(messages: list[str], limit: int = MAX_LISTED) -> str:
-    """Every failing part, up to ``limit`` of them, then how many more: one line of feedback."""
-    shown = [m.strip().rstrip(".") for m in messages[:limit]]
-    more = len(messages) - len(shown)
-    return "; ".join(shown) + (f"; and {more:,} more" if more else "")
+    """Every failing part, one line of feedback: the first ``limit`` up front, then "; and N more: " and the rest
+    (up to :data:`MAX_ITEMS` in all, then only counted) -- nothing a student needs is cut, and a page folds the
+    rest at :data:`FOLD`."""
+    items = [m.strip().rstrip(".") for m in messages]
+    text = "; ".join(items[:limit])
+    if len(items) > limit:
+        listed = items[limit:max(limit, MAX_ITEMS)]
+        text += f"; and {len(items) - limit:,} more: " + "; ".join(listed)
+        if len(items) > limit + len(listed):
+            text += f" (and {len(items) - limit - len(listed):,} not listed)"
+    return text
 
 
 class Parts:

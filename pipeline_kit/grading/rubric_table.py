@@ -3,7 +3,7 @@
 
 Why grouped: the labs, the rubric and the interview question bank are organised by question (M042 main 10,
 follow-up 5), so that is how a student reads a grade.  A check whose cases include hidden ones shows its points
-and feedback and is marked so -- never the hidden cases or a test's source (the grader's feedback names none).  A
+and feedback and is marked so -- each failing case by its inputs, never a test's source or the value it expects.  A
 manually graded cell (the report's ``manual`` list) shows in its question as "graded by your instructor" with its
 points possible (and, on a feedback page, the instructor's score once given): never a ✗ or a 0, and never in the
 automatic subtotal.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from html import escape
 
+from . import parts
 from .notebook import QUESTIONS, rubric_part
 from .report import MANUAL_NOTE
 from .verdict import headline, manual_headline, points
@@ -95,6 +96,17 @@ def table_text(report: dict, hidden) -> list[str]:
     return lines
 
 
+def folded_html(feedback: str) -> str:
+    """A check's feedback, escaped, with its long listing folded: the first items in sight, the rest behind an
+    "and N more" toggle (``<details>``, no script: it opens in a notebook and in an offline page alike)."""
+    found = parts.FOLD.search(feedback)
+    if found is None:
+        return escape(feedback)
+    head, rest = feedback[:found.start()], feedback[found.end():]
+    return (f'{escape(head)}; <details class="pk-more" style="display:inline"><summary style="display:inline;'
+            f'cursor:pointer;color:#1a73e8">and {escape(found.group(1))} more</summary> {escape(rest)}</details>')
+
+
 def table_html(report: dict, hidden) -> str:
     """The table as an HTML ``<table>`` (inline styles only: it is shown in notebooks and in offline files).  Every
     field is escaped: a report may come from a gradebook slice someone edited."""
@@ -107,7 +119,7 @@ def table_html(report: dict, hidden) -> str:
             ok = c["points"] >= c["max_points"]
             mark = '<span style="color:#137333">✓</span>' if ok else '<span style="color:#c5221f">✗</span>'
             more = ' <span style="color:#5f6368">(hidden cases too)</span>' if hidden(c["name"]) else ""
-            feedback = "passed" if ok else escape(c["feedback"])
+            feedback = "passed" if ok else folded_html(c["feedback"])
             name = f'<code>{escape(c["name"])}</code>'
             earned = escape(f"{c['points']:g} / {c['max_points']:g}")
             rows.append(f'<tr class="pk-check"><td>{mark}</td><td style="text-align:left">{name}{more}</td>'

@@ -128,7 +128,8 @@ def run_grader(path: Path, seed: int | None, on_progress) -> tuple[dict | None, 
 
 class SelfGrade:
     """The report, shown as an HTML table (text in a terminal); ``hidden(name)`` says whether a check adds hidden
-    cases.  A hidden check shows its points and feedback, never its cases (the grader's feedback names none)."""
+    cases.  A hidden check shows its points and feedback: each failing case by its inputs, never its test's source
+    or the value it expects."""
 
     def __init__(self, report: dict, version: str, unsaved: list[str], hidden):
         self.report, self.version, self.unsaved, self.hidden = report, version, unsaved, hidden

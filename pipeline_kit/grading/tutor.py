@@ -144,7 +144,7 @@ def _full_traceback(exc: BaseException) -> list[str]:
     return [line.rstrip("\n") for line in traceback.format_exception(type(exc), exc, exc.__traceback__)]
 
 
-class _OutOfTime(BaseException):
+class _OutOfTime(parts.OutOfTime):
     """The check cell ran past its limit (raised by the alarm; a ``BaseException``, so no check can swallow it)."""
 
 
