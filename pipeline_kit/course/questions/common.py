@@ -19,6 +19,7 @@ or raises :class:`LabCheckFailed` (an ``AssertionError``) whose message is the s
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import tempfile
 import numbers
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from pathlib import Path
 
-from ...grading.parts import LabCheckFailed
+from ...grading.parts import LabCheckFailed, OutOfTime, listing
 
 
 def fail(message: str) -> None:
@@ -48,6 +49,7 @@ BOOK_CHAPTERS = {
     "memory": "Activation memory per rank",
     "case-study": "Case study: why PP8/M16 gives 2.59x",
     "zero-bubble": "Beyond 1F1B: zero bubble and the V",
+    "planning": "Planning a pipeline",
 }
 
 
@@ -108,13 +110,48 @@ def plain(value):
 
 def check(func: Callable) -> Callable:
     """Decorate a check: every argument is made :func:`plain` before the check sees it (functions stay as
-    they are; :func:`call` makes their results plain)."""
+    they are; :func:`call` makes their results plain).
+
+    A check of a list of ``cases`` fails on its first failing case; then every case is tried again on its own, so
+    the feedback lists each failing case (:func:`every_failing_case`; the first ``parts.MAX_LISTED`` up front, the
+    rest folded): two edge-case bugs show in one grade, not two.  The points do not change: any failing case fails
+    the check."""
+    signature = inspect.signature(func)
+    by_case = "cases" in signature.parameters
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        return func(*(plain(a) for a in args), **{k: plain(v) for k, v in kwargs.items()})
+        args, kwargs = tuple(plain(a) for a in args), {k: plain(v) for k, v in kwargs.items()}
+        try:
+            return func(*args, **kwargs)
+        except LabCheckFailed as exc:
+            if not by_case or type(exc) is not LabCheckFailed or exc.parts or exc.lost != 1.0:
+                raise
+            messages = every_failing_case(func, signature.bind(*args, **kwargs))
+            if len(messages) < 2:
+                raise
+            raise LabCheckFailed(listing(messages), parts=messages) from None
 
     return wrapper
+
+
+def every_failing_case(func: Callable, bound: inspect.BoundArguments) -> list[str]:
+    """The feedback of each of ``bound``'s cases that fails on its own, in order, repeats once.  A case that runs
+    out of time ends the search (the grade's clock is the student's): what was found is kept."""
+    cases = bound.arguments.get("cases")
+    if not isinstance(cases, (list, tuple)) or len(cases) < 2:
+        return []
+    messages: list[str] = []
+    for case in cases:
+        bound.arguments["cases"] = [case]
+        try:
+            func(*bound.args, **bound.kwargs)
+        except LabCheckFailed as exc:
+            if str(exc) not in messages:
+                messages.append(str(exc))
+        except OutOfTime:
+            break
+    return messages
 
 
 def call(func: Callable, *args, name: str | None = None, shown: str | None = None, **kwargs):

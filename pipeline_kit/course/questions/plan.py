@@ -17,6 +17,7 @@ from ...plan.explain import DECIDERS, FACTORS, breakdown, deciding_factor
 from ...grading.parts import Parts
 from .common import (
     LabCheckFailed,
+    book,
     call,
     check,
     close,
@@ -51,7 +52,7 @@ from .plan_problem import (
 __all__ = [
     "DECIDERS", "FACTORS", "TERMS", "check_baseline", "check_decide", "check_factor", "check_feasible",
     "check_memory_terms", "check_step_time", "check_worst", "decide_cases", "hidden_decide_cases",
-    "hidden_memory_cases", "lab_search", "memory_cases", "problem",
+    "hidden_memory_cases", "lab_search", "marks", "memory_cases", "problem",
 ]
 
 
@@ -117,8 +118,8 @@ def _term_case(term: str, label: str, got: list[dict], want, model, chunks: int)
         elif term == "p2p_buffers" and w == 0:
             why = "a model of one stage has no pipeline neighbours and no P2P buffers"
         else:
-            why = first_match(g, known) or _TERM_HINTS[term]
-        fail(f"memory_terms for {label}: rank {r}'s {term!r} = {g:,.0f} bytes, the kit's model gives {w:,.0f}: {why}")
+            why = first_match(g, known) or f"{_TERM_HINTS[term]} {book('planning', 'The memory model')}"
+        fail(f"memory_terms for {label}: rank {r}'s {term!r} = {g:,.0f} bytes is not the kit's model's: {why}")
 
 
 @check
@@ -139,17 +140,19 @@ def check_memory_terms(memory_terms, cases) -> None:
 
 # -- main: the choice ------------------------------------------------------------------------------------------
 def _over_hint(cand) -> str:
-    rank = cand.memory[cand.worst_rank]
-    budget = LAB_HARDWARE.gpu_memory_bytes
-    if rank.wgrad_kept and rank.total - rank.wgrad_kept <= budget:
-        return ("; without W's kept gradients it would fit: a split backward keeps the output gradients W needs, "
-                "and that is what the budget must hold too")
-    if rank.total - rank.optimizer <= budget:
-        return "; without the optimizer state it would fit: Adam's state is the largest term of a rank"
-    totals = cand.peak_memory_bytes
-    if sum(totals) / len(totals) <= budget:
-        return "; the average rank would fit, but the GPU that runs out is the fullest one"
-    return ""
+    """What to change so that an over-budget configuration fits, in the student's own terms (its layout, its pp and
+    v, its family) and never a configuration: each hint names a change after which some configuration of the
+    planner's search fits."""
+    kin = [c for c in lab_search().candidates if c.fits and c.schedule == cand.schedule]
+    if any(c.pp == cand.pp and c.chunks == cand.chunks for c in kin):
+        return (f"; {cand.schedule} fits at this pp and v with another layout: rank {cand.worst_rank} is the "
+                "fullest, so give it fewer layers")
+    if kin:
+        return (f"; no layout makes {cand.schedule} fit at this pp and v, but it fits at another: try the other "
+                "shapes its family takes (a deeper pipeline puts fewer layers on each rank)")
+    return (f"; no layout, pp or v makes {cand.schedule} fit this budget: its fullest rank keeps more activations "
+            f"(or kept gradients) at once than the budget holds, so choose a family that frees them sooner "
+            f"{book('memory', 'Three kinds of memory on a rank')}")
 
 
 @check
@@ -158,14 +161,21 @@ def check_feasible(config) -> None:
     configuration that cannot run cannot fit either: it loses both."""
     cand = runnable(config)
     if not cand.fits:
-        raise LabCheckFailed(f"my_config does not fit the budget: {cand.why_not}{_over_hint(cand)}", lost=0.5)
+        raise LabCheckFailed(f"my_config does not fit the budget: rank {cand.worst_rank}, its fullest, is over "
+                             f"{LAB_HARDWARE.gpu_memory_bytes / GB:g} GB{_over_hint(cand)}", lost=0.5)
+
+
+def _first_sentence(text: str) -> str:
+    """What is wrong, without the why that follows the first colon: the feasibility check gives the whole."""
+    return text.split(": ", 1)[0]
 
 
 def _cannot_run(config) -> None:
     try:
         runnable(config)
     except LabCheckFailed as exc:
-        fail(f"my_config cannot run, so there is nothing to predict ({exc})")
+        fail(f"my_config cannot run, so there is nothing to predict: {_first_sentence(str(exc))} (the feasibility "
+             "check's feedback says more)")
 
 
 def _own_worst(memory_terms, config) -> float | None:
@@ -202,8 +212,8 @@ def check_worst(my_worst_bytes, config, memory_terms=None) -> None:
         (totals[0], "that is rank 0's; another rank is fuller"),
     ] + ([(sum(_own_totals(memory_terms, config)) / len(totals), "that is the average of your own ranks; give the "
                                                                   "fullest")] if own is not None else []))
-    fail(f"my_worst_bytes = {got:,.0f}, the kit's model gives {want:,.0f} bytes on rank {cand.worst_rank} for "
-         f"my_config: {why or 'size every rank with memory_terms and take the fullest'}")
+    fail(f"my_worst_bytes = {got:,.0f} is not the bytes of my_config's fullest rank by the kit's model: "
+         f"{why or 'size every rank with memory_terms and take the fullest'}")
 
 
 def _own_totals(memory_terms, config) -> list[float]:
@@ -213,7 +223,7 @@ def _own_totals(memory_terms, config) -> list[float]:
 
 @check
 def check_step_time(my_step_time_s, config) -> None:
-    """Two parts: the prediction (within 2 % of the planner's for my_config) and the choice (the planner's step
+    """Two parts: the prediction (within PREDICTION of the planner's for my_config) and the choice (the planner's step
     time of my_config within 5 % of the fastest configuration that fits)."""
     cand = try_runnable(config)
     if cand is None:
@@ -232,17 +242,27 @@ def check_step_time(my_step_time_s, config) -> None:
                 (sum(cand.busy_s) / len(cand.busy_s), ("that is the average rank's work alone; the step also waits "
                                                       "for the busiest rank, in the bubble and for P2P")),
             ], rel=PREDICTION) or "simulate my_config with the per-stage times of the FLOPs model and the P2P time"
-            fail(f"my_step_time_s = {got:.6g} s, the planner predicts {want:.6g} s for my_config: {why}")
+            fail(f"my_step_time_s = {got:.6g} s is not within {100 * PREDICTION:g} % of the planner's prediction for "
+                 f"my_config: {why}")
     with parts.part():
         top = best()
         if cand.step_time_s > (1 + NEAR_BEST) * top.step_time_s:
-            fail(f"my_config's predicted step, {1e3 * cand.step_time_s:.1f} ms, is more than {100 * NEAR_BEST:g} % "
-                 "slower than the fastest configuration that fits the budget: look again at the families that shrink "
-                 "the bubble and at the balance of the stages")
+            fail(f"my_config's predicted step is more than {100 * NEAR_BEST:g} % slower than the fastest "
+                 "configuration that fits the budget: look again at the families that shrink the bubble and at the "
+                 f"balance of the stages {book('planning', 'What the planner does')}")
     parts.done()
 
 
 # -- follow-up: against plain 1F1B -----------------------------------------------------------------------------
+def marks(config) -> list:
+    """What the follow-up's plot marks: the student's configuration (where it can run at all) and plain 1F1B at
+    its pp -- never the planner's pick, which would give the choice away."""
+    cand = try_runnable(config)
+    if cand is None:
+        return []
+    return [("yours", cand), (f"plain 1F1B, pp={cand.pp}", baseline_of(cand.pp))]
+
+
 def _pp_of(config) -> int:
     if not isinstance(config, dict) or type(config.get("pp")) is not int or config["pp"] < 1 \
             or LAB_HARDWARE.gpus % config["pp"]:
@@ -286,7 +306,8 @@ def check_baseline(baseline_step_time_s, config, predict=None) -> None:
         (want - breakdown(base)["p2p"], "that is the baseline with free P2P; its transfers take time too"),
     ] + ([(mine.step_time_s, "that is my_config's own step time; give plain 1F1B's")] if mine else []),
         rel=PREDICTION) or "plain 1F1B: the even split of the layers over the same pp, the same M"
-    fail(f"baseline_step_time_s = {got:.6g} s, the planner predicts {want:.6g} s for plain 1F1B at pp={pp}: {why}")
+    fail(f"baseline_step_time_s = {got:.6g} s is not within {100 * PREDICTION:g} % of the planner's prediction for "
+         f"plain 1F1B at pp={pp}: {why}")
 
 
 def _decider(got, what: str) -> str:
@@ -311,13 +332,17 @@ def _own_factor(decide, cand, base) -> str | None:
 
 @check
 def check_factor(my_factor, config, decide=None) -> None:
-    """``decide``: the student's; a factor that follows a wrong ``decide`` passes here (its check charges it)."""
+    """``decide``: the student's; a factor that follows a wrong ``decide`` passes here (its check charges it).  When
+    my_config is the baseline itself there is nothing to compare: ``None`` is the answer."""
     cand = try_runnable(config)
     if cand is None:
         _cannot_run(config)
     base = baseline_of(cand.pp)
     if cand.schedule == "1f1b" and cand.layout == base.layout:
-        fail("my_config is plain 1F1B with the even split, the baseline itself: there is nothing to explain")
+        if my_factor is None:
+            return  # one decision is charged once: choosing the baseline costs the choice's points, not these
+        fail("my_config is plain 1F1B with the even split, the baseline itself: nothing decided between the two, so "
+             "my_factor is None")
     got = _decider(my_factor, "my_factor")
     want, _ = deciding_factor(cand, base)
     if got == want or got == _own_factor(decide, cand, base):
@@ -358,7 +383,7 @@ def check_decide(decide, cases) -> None:
             why = "upside down: that is where the winner loses the most against the other"
         else:
             why = "take the factor with the largest saving, other's seconds minus the winner's"
-        fail(f"{shown} = {got!r}, expected {want!r}: {why}")
+        fail(f"{shown} = {got!r}: {why}")
 
 
 def _parts(compute, imbalance, bubble, p2p, allreduce) -> dict:

@@ -22,26 +22,29 @@ from ...plan.memory import Training, rank_memory
 from ...plan.search import (Candidate, Hardware, Search, balanced_layout, family_refusal, item_times, plan, predict,
                             size)
 from ...schedules import FAMILIES, ScheduleConfigError, build_schedule
-from ...grading.parts import plural
-from .common import LabCheckFailed, describe, drawn, expect_int, expect_keys, expect_type, fail
+from .common import LabCheckFailed, book, describe, drawn, expect_int, expect_keys, expect_type, fail
 
 GB = 1e9
 TERMS = ("weights", "gradients", "optimizer", "activations", "wgrad_kept", "p2p_buffers")
 CONFIG_KEYS = ("schedule", "pp", "chunks", "microbatches", "layout")
 
-# The lab's problem: a 1.3B-class GPT on 8 GPUs, with 10.5 GB of each GPU left for the training state (the rest
-# is the CUDA context, NCCL's buffers and fragmentation), a global batch of 12 sequences.
+# The lab's problem: a 1.3B-class GPT on 8 GPUs, with 11 GB of each GPU left for the training state (the rest is
+# the CUDA context, NCCL's buffers and fragmentation), a global batch of 32 sequences.  Chosen so that planning is
+# a choice (tests/test_lab10.py holds it to this): about ten designs fit, several families come within NEAR_BEST of
+# the fastest and trade time for memory, and the budget rules out whole families (GPipe, the breadth-first loop)
+# and the deep pipeline's even splits.
 LAB_MODEL = ModelSpec(vocab=50304, seq_len=1024, hidden=2048, heads=16, layers=24, micro_batch_size=1)
-LAB_HARDWARE = Hardware(gpus=8, gpu_memory_bytes=10.5 * GB, tflops=400.0, p2p_gbps=50.0, p2p_latency_us=10.0)
-LAB_GLOBAL_BATCH = 12
+LAB_HARDWARE = Hardware(gpus=8, gpu_memory_bytes=11 * GB, tflops=400.0, p2p_gbps=50.0, p2p_latency_us=10.0)
+LAB_GLOBAL_BATCH = 32
 NEAR_BEST = 0.05  # a choice within 5 % of the planner's best step time is a good choice
-PREDICTION = 0.02  # a predicted step time within 2 % of the planner's
+PREDICTION = 0.005  # a predicted step time within 0.5 % of the planner's: the same simulator gives it exactly,
+# and the smallest part a prediction may leave out (this problem's bubble and P2P) is about 1 %
 
 
 def problem() -> dict:
     """The lab's problem as plain data (what the given cell shows and every test cell judges against)."""
     hw = LAB_HARDWARE
-    return {"model": LAB_MODEL, "gpus": hw.gpus, "gpu_memory_bytes": hw.gpu_memory_bytes, "tflops": hw.tflops,
+    return {"model": LAB_MODEL, "gpus": hw.gpus, "gpu_memory_bytes": round(hw.gpu_memory_bytes), "tflops": hw.tflops,
             "p2p_gbps": hw.p2p_gbps, "p2p_latency_us": hw.p2p_latency_us, "global_batch": LAB_GLOBAL_BATCH,
             "optimizer": "adam"}
 
@@ -112,11 +115,11 @@ def runnable(config, what: str = "my_config") -> Candidate:
     per_replica = dp * model.micro_batch_size
     want_m = LAB_GLOBAL_BATCH // per_replica
     if LAB_GLOBAL_BATCH % per_replica or m != want_m:
-        fail(f"{what}['microbatches'] = {m}, but M follows from the global batch: {LAB_GLOBAL_BATCH} sequences over "
-             f"dp = gpus / pp = {dp} data-parallel {plural(dp, 'replica')}, in micro-batches of "
-             f"{model.micro_batch_size}, make M = "
-             f"{LAB_GLOBAL_BATCH} / ({dp} x {model.micro_batch_size})"
-             + (f" = {want_m}" if not LAB_GLOBAL_BATCH % per_replica else ", which is not a whole number"))
+        fail(f"{what}['microbatches'] = {m}, but M follows from the global batch: PROBLEM['global_batch'] sequences "
+             "a step, shared by dp = gpus / pp data-parallel replicas, each fed in micro-batches of "
+             "model.micro_batch_size" + ("" if not LAB_GLOBAL_BATCH % per_replica else
+                                         f" (at pp = {pp} that is not a whole number)")
+             + f" {book('planning', 'What the planner does')}")
     if chunks < 1:
         fail(f"{what}['chunks'] must be at least 1, got {chunks}")
     sched = schedule_of(name, pp, chunks, m, what)
