@@ -72,8 +72,9 @@ def test_a_table_of_the_old_space_passed_the_old_draws():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 12345])
-def test_a_table_of_the_kits_outputs_scores_0_on_the_own_generator_checks(tmp_path, seed):
+def test_a_table_of_the_kits_outputs_scores_0_on_the_own_generator_checks(tmp_path, seed=12345):
+    """One seed: the same answers earn the same points under every seed (tests/test_fairness.py), and each failing
+    check now runs every case (to list them all), so each seed costs a whole grade of the attack (13 s)."""
     answers = _table_answers()
     path = with_answers(tmp_path, LAB, answers)
     assert path.stat().st_size < 200_000  # the whole attack: a notebook of a few hundred kB at most

@@ -190,3 +190,74 @@ def test_an_infinite_loop_ends_its_check_cell_with_a_verdict(lab, tmp_path):
     flat = " ".join(shown.split())
     assert "✗ m041_main_selection — 0 / " in flat and "your code did not finish in 5 s" in flat
     assert "(in choose_schedule)" in flat and "pipeline_kit/" not in shown and "Traceback" not in shown
+
+
+# lab 10's memory_terms with five of its six terms wrong: the model answer, then each term spoiled
+FIVE_WRONG = """
+
+_right_terms = memory_terms
+
+
+def memory_terms(model, config):
+    out = _right_terms(model, config)
+    for rank in out:
+        rank["weights"] *= 2
+        rank["gradients"] = rank["weights"] / 2
+        rank["optimizer"] = 0
+        rank["wgrad_kept"] = 0
+        rank["p2p_buffers"] /= 2
+    return out
+"""
+
+
+def test_every_memory_mistake_of_lab_10_shows_in_its_check_cell(lab, tmp_path):
+    """Five wrong terms of six: the check cell's ✗ names all five, one bullet each with its term (the grade's
+    text lists three, then 'and 2 more: ...'), and the points left are the one right term's sixth."""
+    lab, _, root = lab
+    name = "lab10_planning.ipynb"
+    solution = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
+                for c in nbformat.read(ROOT / "solutions" / name, as_version=4).cells}
+    nb = nbformat.read(ROOT / "labs" / name, as_version=4)
+    at = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(nb.cells)}
+    answer = "\n".join(line for line in solution["memory"].splitlines() if "SOLUTION" not in line)
+    nb.cells[at["memory"]].source = answer + FIVE_WRONG
+    nbformat.write(nb, root / name)
+    lab.driver.get(f"{lab.base}/lab?token={lab.token}")
+    lab.open(name)
+    cell = at["plan_main_memory"]
+    lab.run(list(range(cell + 1)))
+    shown = lab.wait(lambda: _text(lab, cell) if "✗" in _text(lab, cell) else "", 90, "the ✗ verdict", cell=cell)
+    flat = " ".join(shown.split())
+    assert "✗ plan_main_memory — 0.5 / 3 points" in flat and flat.count(" • ") == 5
+    for term in ("weights", "gradients", "optimizer", "wgrad_kept", "p2p_buffers"):
+        assert f"'{term}' =" in flat, term
+    assert "'activations' =" not in flat and "pipeline_kit/" not in shown and "Traceback" not in shown
+    _shot(lab, lab.outputs(cell)[0], "tutor-lab10-five-mistakes.png", tmp_path)
+
+
+def test_a_long_listing_folds_behind_a_toggle_in_the_grade_table(lab, tmp_path):
+    """The grade's HTML table (grade_me's and the feedback page's) shows three failing cases, and the rest behind
+    'and N more', which opens on a click -- no script, so it works in an offline page too."""
+    from pipeline_kit.grading import parts
+    from pipeline_kit.grading.rubric_table import table_html
+
+    lab, _, _ = lab
+    cases = [f"choose_schedule({pp}, 2) returned '1f1b'" for pp in range(2, 8)]
+    report = {"lab": "lab01_schedule_selection", "score": 0, "max_score": 3, "manual": [],
+              "checks": [{"name": "m041_main_selection", "points": 0, "max_points": 3,
+                          "feedback": parts.listing(cases)}]}
+    page = tmp_path / "grade.html"
+    page.write_text(f"<!doctype html><meta charset='utf-8'><body>{table_html(report, lambda name: True)}</body>",
+                    encoding="utf-8")
+    lab.driver.get(page.as_uri())
+    toggle = lab.driver.find_element("css selector", "details.pk-more")
+    summary = toggle.find_element("css selector", "summary")
+    assert summary.text == "and 3 more" and toggle.get_attribute("open") is None
+    def rendered() -> str:  # innerText: what the page draws (a closed <details> draws its summary only)
+        return lab.driver.execute_script("return document.querySelector('tr.pk-check').innerText")
+    assert "choose_schedule(4, 2)" in rendered() and "choose_schedule(5, 2)" not in rendered()
+    _shot(lab, toggle, "grade-table-folded.png", tmp_path)
+    summary.click()
+    assert toggle.get_attribute("open") is not None
+    assert "choose_schedule(7, 2)" in rendered()
+    _shot(lab, toggle, "grade-table-unfolded.png", tmp_path)

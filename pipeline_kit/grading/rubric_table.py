@@ -103,7 +103,7 @@ def folded_html(feedback: str) -> str:
     if found is None:
         return escape(feedback)
     head, rest = feedback[:found.start()], feedback[found.end():]
-    return (f'{escape(head)}; <details class="pk-more" style="display:inline"><summary style="display:inline;'
+    return (f'{escape(head)}; <details class="pk-more"><summary style="'
             f'cursor:pointer;color:#1a73e8">and {escape(found.group(1))} more</summary> {escape(rest)}</details>')
 
 

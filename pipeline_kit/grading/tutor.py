@@ -122,7 +122,7 @@ class CheckFailed(AssertionError):
 
     def __init__(self, cell: CheckCell, earned: float, outcome: parts.CellOutcome, note: str):
         self.title = verdict.headline(cell.grade_id, earned, cell.points)
-        self.messages = [_readable(text, exc) for _, text, exc in outcome.failures] or [outcome.feedback]
+        self.messages = [m for _, text, exc in outcome.failures for m in _items(text, exc)] or [outcome.feedback]
         self.errors = [exc for _, _, exc in outcome.failures]
         self.note = note
         super().__init__(f"{self.title}: {outcome.feedback}")
@@ -184,6 +184,16 @@ def _running_line(exc: BaseException) -> str:
     """``: it was running line 3 of your code (in f), `...``` -- or nothing where the kit's own work was running."""
     where = verdict.students_line(exc)
     return f": it was running {where}" if where else ""
+
+
+def _items(text: str, exc: BaseException) -> list[str]:
+    """A failing part as the verdict's bullets: each failing property or case of the grader's own listing on a line
+    of its own (up to ``parts.MAX_ITEMS``, then how many more), else the part's one message."""
+    listed = exc.parts if type(exc) is parts.LabCheckFailed and exc.parts and len(exc.parts) > 1 else None
+    if not listed:
+        return [_readable(text, exc)]
+    more = len(listed) - parts.MAX_ITEMS
+    return listed[:parts.MAX_ITEMS] + ([f"and {more:,} more, not listed"] if more > 0 else [])
 
 
 def _readable(text: str, exc: BaseException) -> str:

@@ -45,8 +45,8 @@ def manual_headline(name: str, max_points: float, answered: bool, earned: float 
 
 
 def wrapped(text: str, indent: str = "  ") -> list[str]:
-    return textwrap.wrap(" ".join(text.split()), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [
-        indent]
+    return textwrap.wrap(" ".join(text.split()), WIDTH, initial_indent=indent,
+                         subsequent_indent=" " * len(indent) + "  ") or [indent]  # (a bullet on the first line only)
 
 
 def is_students(filename: str) -> bool:
