@@ -44,9 +44,15 @@ def test_json_contract_and_best_is_the_fastest_that_fits():
         if c["fits"]:
             assert len(c["peak_memory_bytes"]) == c["pp"] and max(c["peak_memory_bytes"]) <= 80e9
     fit = [c for c in doc["candidates"] if c["fits"]]
-    best = doc["candidates"][doc["best"]]
-    assert best["step_time_s"] == min(c["step_time_s"] for c in fit)
+    best, fastest = doc["candidates"][doc["best"]], doc["candidates"][doc["fastest"]]
+    assert fastest["step_time_s"] == min(c["step_time_s"] for c in fit)
+    assert best["step_time_s"] <= (1 + doc["tolerance"]) * fastest["step_time_s"] and doc["best"] in doc["ties"]
     assert best["schedule"] in doc["why"] and "1F1B" in doc["why"]
+    assert doc["framework"] == "any"
+    if best["schedule"] in ("1f1b", "interleaved"):
+        assert "--pipeline-model-parallel-size" in doc["megatron_args"]
+    else:
+        assert doc["megatron_args"] is None
     # every family and every pp dividing 8 was visited
     assert {c["schedule"] for c in doc["candidates"]} == set(FAMILIES)
     assert {c["pp"] for c in doc["candidates"]} == {1, 2, 4, 8}
@@ -172,6 +178,9 @@ def test_large_model_with_tensor_parallelism_fits_and_is_interactive():
     (["--synthetic-compute"], "only applies with --verify"),
     (["--global-batch", "100000000", "--gpus", "1024"], "(MAX_PLAN_OPS)"),
     (["--config", "nope"], "neither a preset"),
+    (["--tp", "8", "--gpus", "16"], "does not divide the model's attention heads (12)"),
+    (["--tolerance", "1.5"], "argument --tolerance"),
+    (["--framework", "megatron", "--schedules", "zbv,gpipe"], "megatron runs none of zbv, gpipe"),
 ])
 def test_bad_arguments_are_one_line(args, words):
     base = {"--config": "bank-pp8", "--gpus": "8", "--gpu-memory-gb": "80"}
@@ -267,3 +276,70 @@ def test_verify_runs_the_top_candidates_for_real(tmp_path):
     assert report["kendall_tau"] in (-1.0, 0.0, 1.0)
     assert "memory in bytes (a waiting op allocates nothing)" in report["cannot_confirm"]
     assert "verify 1/2:" in proc.stderr and "Kendall's tau" in proc.stderr
+
+
+# -- honest ties, frameworks, Megatron's settings (issue 37) ---------------------------------------------------------
+def test_near_ties_go_to_the_simpler_design(bank_search):
+    """Every candidate within the tolerance of the fastest is a tie; the pick is the simplest of them (fewer
+    stages, fewer chunks, a family more frameworks run, less memory), and the why says it was a tie."""
+    from pipeline_kit.plan.search import simplicity
+    ties = bank_search.ties
+    fastest = bank_search.candidates[bank_search.fastest]
+    assert all(bank_search.candidates[i].step_time_s <= 1.02 * fastest.step_time_s for i in ties)
+    pick = bank_search.candidates[bank_search.best]
+    assert all(simplicity(pick) <= simplicity(bank_search.candidates[i]) for i in ties)
+    if len(ties) > 1:
+        assert f"{len(ties)} candidates are within 2 % of the fastest" in explain(bank_search).text
+    exact = replace(bank_search, tolerance=0.0)
+    assert exact.best == exact.fastest == bank_search.fastest
+
+
+def test_a_framework_keeps_its_families_and_gets_its_arguments():
+    from pipeline_kit.plan.frameworks import FRAMEWORKS, megatron_args, torch_args
+    search = plan(BANK, Hardware(8, 80 * GB), Training(recompute="selective", distributed_optimizer=True,
+                                                       overlap_grad_reduce=True), global_batch=32,
+                  framework="megatron")
+    assert {c.schedule for c in search.candidates} == set(FRAMEWORKS["megatron"])
+    for c in search.candidates:
+        if not c.fits:
+            continue
+        args = megatron_args(c, search)
+        flags = dict(zip(args[::2], args[1::2]))
+        assert flags["--pipeline-model-parallel-size"] == str(c.pp) and flags["--global-batch-size"] == "32"
+        assert {"--use-distributed-optimizer", "--overlap-grad-reduce"} <= set(args)
+        assert args[args.index("--recompute-granularity") + 1] == "selective"
+        stages = c.pp * c.chunks
+        if BANK.layers % stages == 0 and c.layout == str(even_split(BANK.layers, stages)):
+            assert "--pipeline-model-parallel-layout" not in args
+            assert ("--num-virtual-stages-per-pipeline-rank" in args) == (c.chunks > 1)
+        else:  # Megatron's own split cannot say it: the kit's layout string is Megatron's format
+            assert args[args.index("--pipeline-model-parallel-layout") + 1] == c.layout
+    zbv = next(c for c in plan(BANK, Hardware(8, 80 * GB), global_batch=32).candidates if c.schedule == "zbv"
+               and c.fits and c.pp == 4)
+    search_any = plan(BANK, Hardware(8, 80 * GB), global_batch=32, schedules=["zbv"])
+    assert megatron_args(zbv, search_any) is None  # Megatron runs no V schedule
+    spec = torch_args(zbv, search_any)
+    assert spec["schedule_class"] == "ScheduleZBVZeroBubble" and spec["style"] == "v"
+    assert spec["ranks"][0]["stages"] == [0, 7] and len(spec["ranks"]) == 4
+
+
+def test_overlap_and_the_distributed_optimizer_shorten_only_the_reduce():
+    from pipeline_kit.plan.search import allreduce_seconds
+    hw = Hardware(8, 80 * GB, p2p_latency_us=0)
+    assert allreduce_seconds(8e9, 4, hw, param_bytes=4e9) == pytest.approx(0.75 * allreduce_seconds(8e9, 4, hw))
+    plain = plan(BANK, hw, global_batch=32, schedules=["1f1b"])
+    hidden = plan(BANK, hw, Training(overlap_grad_reduce=True), global_batch=32, schedules=["1f1b"])
+    for a, b in zip(plain.candidates, hidden.candidates):
+        if not a.fits:
+            continue
+        assert b.pipeline_time_s == a.pipeline_time_s and 0 <= b.allreduce_time_s <= a.allreduce_time_s
+        if a.dp > 1:
+            assert b.allreduce_time_s < a.allreduce_time_s  # the last microbatch's backward hides some of it
+
+
+def test_tensor_parallel_communication_is_charged():
+    slow, fast = (plan(BANK, Hardware(8, 80 * GB, tp_gbps=gbps), Training(tp=2), global_batch=16,
+                       schedules=["1f1b"]) for gbps in (50.0, 1e6))
+    for a, b in zip(slow.candidates, fast.candidates):
+        if a.fits:
+            assert a.pipeline_time_s > b.pipeline_time_s

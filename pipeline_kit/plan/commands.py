@@ -19,11 +19,22 @@ from ..layout.commands import _config
 from ..layout.spec import LayoutError
 from ..schedules import FAMILIES
 from .explain import explain
+from .frameworks import FRAMEWORKS, megatron_args, run_lines, torch_args
 from .memory import OPTIMIZERS, RECOMPUTE, Training
-from .search import GB, Hardware, PlanError, Search, describe_search, plan
+from .search import GB, TOLERANCE, Hardware, PlanError, Search, describe_search, plan
 
 GPUS = int_at_most("MAX_GPUS", "GPUs")
 COUNT = int_at_most("MAX_MODEL_DIM", "")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 1:  # (nan fails both)
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 up to 1, such as 0.02 for 2 %; got {text[:40]!r}")
+    return value
 
 
 def _families(text: str) -> list[str]:
@@ -49,11 +60,22 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="GB/s of a point-to-point link, also the data-parallel ring's (default 50)")
     p.add_argument("--p2p-latency-us", type=non_negative_float, default=10.0,
                    help="microseconds per transfer (default 10)")
+    p.add_argument("--tp-gbps", type=positive_float, default=300.0,
+                   help="GB/s of tensor parallelism's collectives inside a node (default 300)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="adam (12 bytes/param of state) or sgd")
     p.add_argument("--tp", type=int_at_most("MAX_RANKS", "ranks"), default=1,
                    help="tensor-parallel size with sequence parallelism, fixed (default 1)")
     p.add_argument("--recompute", choices=RECOMPUTE, default="none", help="activation recomputation (default none)")
     p.add_argument("--distributed-optimizer", action="store_true", help="shard the optimizer state over dp")
+    p.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="the data-parallel reduce starts in the last microbatch's backward (Megatron's flag; off "
+                        "by default, as there)")
+    p.add_argument("--framework", choices=list(FRAMEWORKS), default="any",
+                   help="keep the families this framework runs (megatron: 1f1b, interleaved; torch: all but "
+                        "zb-h1) and print the pick as its arguments (default any)")
+    p.add_argument("--tolerance", type=_fraction, default=TOLERANCE, metavar="FRACTION",
+                   help=f"step times within this fraction of the fastest tie; the simplest of them is picked "
+                        f"(default {TOLERANCE:g}, {100 * TOLERANCE:g} %%)")
     p.add_argument("--schedules", type=_families, default=None, metavar="A,B,...",
                    help=f"families to try (default all: {','.join(FAMILIES)})")
     p.add_argument("--top", type=int_at_most("MAX_MODEL_DIM", ""), default=5, help="candidates to list (default 5)")
@@ -70,10 +92,13 @@ def search_from_args(args: argparse.Namespace) -> Search:
     if args.micro_batch_size is not None:
         spec = replace(spec, micro_batch_size=args.micro_batch_size)
     try:
-        hw = Hardware(args.gpus, args.gpu_memory_gb * GB, args.tflops, args.p2p_gbps, args.p2p_latency_us)
-        training = Training(args.optimizer, args.tp, args.recompute, args.distributed_optimizer)
+        hw = Hardware(args.gpus, args.gpu_memory_gb * GB, args.tflops, args.p2p_gbps, args.p2p_latency_us,
+                      args.tp_gbps)
+        training = Training(args.optimizer, args.tp, args.recompute, args.distributed_optimizer,
+                            args.overlap_grad_reduce)
         return plan(spec, hw, training, args.global_batch, args.schedules, model_name=args.config,
-                    progress=_progress if sys.stderr.isatty() else None)
+                    progress=_progress if sys.stderr.isatty() else None, framework=args.framework,
+                    tolerance=args.tolerance)
     except (PlanError, LayoutError) as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -94,18 +119,23 @@ def report(search: Search, top: int) -> str:
              f"      global batch {search.global_batch} x {m.seq_len} tokens, micro-batch {m.micro_batch_size}; "
              f"{tr.words()}; {hw.tflops:g} TFLOP/s achieved, P2P {hw.p2p_gbps:g} GB/s + {hw.p2p_latency_us:g} us",
              describe_search(search), ""]
-    ranked = search.ranked[:top]
+    pick = search.best
+    ranked = ([pick] if pick is not None else []) + [i for i in search.ranked if i != pick][:max(0, top - 1)]
     header = (f"{'#':>2}  {'schedule':<14} {'pp':>4} {'dp':>4} {'v':>2} {'M':>5} {'step ms':>9} {'tokens/s':>11} "
               f"{'bubble':>7} {'worst GB':>8}  layout")
     lines.append(header)
     for k, i in enumerate(ranked, 1):
         c = search.candidates[i]
         layout = c.layout if len(c.layout) <= 40 else c.layout[:37] + "..."
-        lines.append(f"{k:>2}  {c.schedule:<14} {c.pp:>4} {c.dp:>4} {c.chunks:>2} {c.microbatches:>5} "
+        mark = "*" if i == pick else " "
+        lines.append(f"{k:>2}{mark} {c.schedule:<14} {c.pp:>4} {c.dp:>4} {c.chunks:>2} {c.microbatches:>5} "
                      f"{1e3 * c.step_time_s:>9.2f} {c.tokens_per_s:>11,.0f} {100 * c.bubble_fraction:>6.1f}% "
                      f"{c.worst_memory_bytes / GB:>8.2f}  {layout} ({c.layout_kind})")
     if not ranked:
         lines.append("    (no candidate fits)")
+    else:
+        lines.append(f"* the pick: the simplest of the candidates within {100 * search.tolerance:g} % of the fastest "
+                     "(--tolerance); the others by step time")
     refused = [c for c in search.candidates if not c.fits]
     if refused:
         lines.append("")
@@ -120,7 +150,9 @@ def report(search: Search, top: int) -> str:
     if why.best is not None:
         best = search.candidates[why.best]
         lines.append("check it: python -m pipeline_kit simulate " + " ".join(best.simulate_args())
-                     + (f"  (then add the all-reduce, {1e3 * best.allreduce_time_s:.2f} ms)" if best.dp > 1 else ""))
+                     + (("  (the all-reduce hides behind the last backward)" if best.allreduce_time_s == 0 else
+                         f"  (then add the all-reduce, {1e3 * best.allreduce_time_s:.2f} ms)") if best.dp > 1 else ""))
+        lines += ["run it: " + line for line in run_lines(best, search)]
     lines.append("memory counts weights, fp32 grads, optimizer state, peak activations (+ W's kept gradients) and "
                  "P2P buffers; not the CUDA context or fragmentation: keep a few GB free")
     return "\n".join(lines)
@@ -133,9 +165,14 @@ def to_json(search: Search) -> dict:
             "gpu_memory_bytes": search.hardware.gpu_memory_bytes, "global_batch": search.global_batch,
             "training": {"optimizer": search.training.optimizer, "tp": search.training.tp,
                          "recompute": search.training.recompute,
-                         "distributed_optimizer": search.training.distributed_optimizer},
+                         "distributed_optimizer": search.training.distributed_optimizer,
+                         "overlap_grad_reduce": search.training.overlap_grad_reduce},
             "hardware": {"tflops": search.hardware.tflops, "p2p_gbps": search.hardware.p2p_gbps,
-                         "p2p_latency_us": search.hardware.p2p_latency_us},
+                         "p2p_latency_us": search.hardware.p2p_latency_us, "tp_gbps": search.hardware.tp_gbps},
+            "framework": search.framework, "tolerance": search.tolerance, "fastest": search.fastest,
+            "ties": search.ties,
+            "megatron_args": megatron_args(search.candidates[why.best], search) if why.best is not None else None,
+            "torch_args": torch_args(search.candidates[why.best], search) if why.best is not None else None,
             "search_seconds": search.seconds,
             "candidates": [c.to_dict() for c in search.candidates], "best": why.best, "why": why.text,
             "runner_up": why.runner_up, "baseline": why.baseline,

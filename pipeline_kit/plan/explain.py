@@ -87,7 +87,20 @@ class Why:
     factor_vs_baseline: str | None
 
 
-def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str) -> tuple[str, str]:
+ASSUMPTIONS = {"allreduce": "the all-reduce estimate (--p2p-gbps, --overlap-grad-reduce)",
+               "p2p": "the P2P estimate (--p2p-gbps, --p2p-latency-us)",
+               "compute": "the FLOPs model's per-stage times (--tflops; measured costs would settle it)"}
+
+
+def flipping_assumption(a: dict[str, float], b: dict[str, float]) -> str:
+    """The estimate two near-equal step times differ on most: where a better figure could flip the order."""
+    gaps = {"allreduce": abs(a["allreduce"] - b["allreduce"]), "p2p": abs(a["p2p"] - b["p2p"]),
+            "compute": sum(abs(a[f] - b[f]) for f in ("compute", "imbalance", "bubble"))}
+    return ASSUMPTIONS[max(gaps, key=gaps.__getitem__)]
+
+
+def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str,
+             tolerance: float) -> tuple[str, str]:
     """The sentence on ``best`` (whose breakdown is ``a``) against ``other``, and the factor that decided."""
     if other is best:
         return f"It is itself the {role}.", None
@@ -96,14 +109,36 @@ def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str) 
                 f"({other.why_not}).", "memory")
     b = breakdown(other)
     factor, gain = _largest_saving(a, b)
+    margin = other.step_time_s / best.step_time_s - 1
+    if abs(margin) <= tolerance:
+        return (f"Against the {role}, {other.label()} at {1e3 * other.step_time_s:.1f} ms: within noise "
+                f"({100 * margin:+.2f} %, inside the {100 * tolerance:g} % tolerance), so neither decided; "
+                f"{flipping_assumption(a, b)} could flip them.", factor)
     rest = ", ".join(f"{f} {1e3 * (b[f] - a[f]):+.1f} ms" for f in FACTORS if f != factor and abs(b[f] - a[f]) > 5e-5)
     return (f"Against the {role}, {other.label()} at {1e3 * other.step_time_s:.1f} ms: {FACTOR_WORDS[factor]} decided "
             f"({factor} {1e3 * gain:+.1f} ms for the {role}" + (f"; the other factors: {rest}" if rest else "")
             + ").", factor)
 
 
+def _tie_sentence(search: Search, best: Candidate, mine: dict[str, float]) -> str:
+    """How the pick came out of a tie: how many were within the tolerance, and what it gives up."""
+    ties = search.ties
+    if len(ties) < 2:
+        return ""
+    fastest = search.candidates[search.fastest]
+    text = (f"{len(ties)} candidates are within {100 * search.tolerance:g} % of the fastest, a tie for the "
+            "planner's estimates: it takes the simplest (fewer pipeline stages, one chunk a rank, a family more "
+            "frameworks run, less memory)")
+    if fastest is best:
+        return text + ", and that is the fastest too."
+    margin = best.step_time_s / fastest.step_time_s - 1
+    return (text + f": this one, {100 * margin:+.2f} % against the fastest, {fastest.label()}; "
+            f"{flipping_assumption(mine, breakdown(fastest))} could flip them.")
+
+
 def explain(search: Search) -> Why:
-    """Name the pick, then say which factor decided it against the runner-up and against plain 1F1B."""
+    """Name the pick, say how it came out of a tie if it did, then which factor decided it against the runner-up
+    and against plain 1F1B."""
     ranked = search.ranked
     if not ranked:
         worst = min((c for c in search.candidates if c.memory), key=lambda c: c.worst_memory_bytes, default=None)
@@ -111,18 +146,23 @@ def explain(search: Search) -> Why:
                 if worst else "")
         return Why(f"No candidate fits{hint}: more GPUs, more memory per GPU, recomputation, tensor parallelism or "
                    "the distributed optimizer would help.", None, None, baseline(search), None, None)
-    best = search.candidates[ranked[0]]
-    runner = ranked[1] if len(ranked) > 1 else None
+    pick = search.best
+    best = search.candidates[pick]
+    runner = next((i for i in ranked if i != pick), None)
     base = baseline(search, best)
-    parts = [f"{best.label()} is the fastest that fits: {1e3 * best.step_time_s:.1f} ms a step, bubble "
+    what = "the fastest that fits" if pick == search.fastest else "the pick"
+    parts = [f"{best.label()} is {what}: {1e3 * best.step_time_s:.1f} ms a step, bubble "
              f"{100 * best.bubble_fraction:.1f} %, worst rank {best.worst_memory_bytes / GB:.1f} GB of "
              f"{search.hardware.gpu_memory_bytes / GB:g} GB."]
     vs_runner = vs_base = None
     mine = breakdown(best)  # (each breakdown simulates the step again without P2P: once per candidate)
+    tie = _tie_sentence(search, best, mine)
+    if tie:
+        parts.append(tie)
     if runner is not None:
-        text, vs_runner = _against(best, mine, search.candidates[runner], "runner-up")
+        text, vs_runner = _against(best, mine, search.candidates[runner], "runner-up", search.tolerance)
         parts.append(text)
     if base is not None:
-        text, vs_base = _against(best, mine, search.candidates[base], "plain 1F1B baseline")
+        text, vs_base = _against(best, mine, search.candidates[base], "plain 1F1B baseline", search.tolerance)
         parts.append(text)
-    return Why(" ".join(parts), ranked[0], runner, base, vs_runner, vs_base)
+    return Why(" ".join(parts), pick, runner, base, vs_runner, vs_base)

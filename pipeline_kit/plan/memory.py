@@ -50,12 +50,15 @@ class Training:
     attention scores (Megatron's selective recomputation, and what flash attention gives), ``full`` keeps only
     each layer's input and runs every forward again in the backward.  ``distributed_optimizer``: the optimizer
     state is sharded over the data-parallel replicas (Megatron's ``--use-distributed-optimizer``).
+    ``overlap_grad_reduce``: the data-parallel gradient reduce starts inside the last microbatch's backward
+    (Megatron's ``--overlap-grad-reduce``, off by default there and here); it changes time, not memory.
     """
 
     optimizer: str = "adam"
     tp: int = 1
     recompute: str = "none"
     distributed_optimizer: bool = False
+    overlap_grad_reduce: bool = False
 
     def __post_init__(self) -> None:
         arg = Arguments("Training", LayoutError)
@@ -63,6 +66,7 @@ class Training:
         arg.integer("tp", self.tp, limit="MAX_RANKS")
         arg.text("recompute", self.recompute, RECOMPUTE)
         arg.boolean("distributed_optimizer", self.distributed_optimizer)
+        arg.boolean("overlap_grad_reduce", self.overlap_grad_reduce)
 
     def words(self) -> str:
         """``Adam, tp=8, selective recomputation, distributed optimizer`` -- for reports."""
@@ -73,6 +77,8 @@ class Training:
             parts.append(f"{self.recompute} recomputation")
         if self.distributed_optimizer:
             parts.append("distributed optimizer")
+        parts.append("gradient reduce overlapped with the backward" if self.overlap_grad_reduce else
+                     "gradient reduce after the flush")
         return ", ".join(parts)
 
 

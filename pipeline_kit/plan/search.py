@@ -23,9 +23,12 @@ from ..layout.spec import Layout, LayoutError
 from ..limits import MAX_RANKS, LimitError, check_at_most, ops_per_microbatch_stage
 from ..schedules import FAMILIES, ScheduleConfigError, build_schedule
 from ..sim import simulate
+from .frameworks import FRAMEWORKS, unsupported
 from .memory import RankMemory, Training, rank_memory
 
 V_CHOICES = (2, 3, 4, 6, 8)  # chunks per rank tried for the families that take any number
+TOLERANCE = 0.02  # step times within 2 % of the fastest are a tie: the FLOPs model, P2P and the all-reduce are
+                  # estimates no closer than that, so the planner picks the simpler design among them
 GB = 1e9  # the planner speaks in decimal gigabytes, as GPU data sheets do (an H100 has 80 GB)
 
 
@@ -42,6 +45,7 @@ class Hardware:
     tflops: float = 400.0  # achieved (not peak) TFLOP/s per GPU
     p2p_gbps: float = 50.0  # GB/s of one point-to-point link, and of the all-reduce's ring
     p2p_latency_us: float = 10.0
+    tp_gbps: float = 300.0  # GB/s of tensor parallelism's collectives inside a node (NVLink-class)
 
     def __post_init__(self) -> None:
         arg = Arguments("Hardware", PlanError)
@@ -50,6 +54,7 @@ class Hardware:
         arg.number("tflops", self.tflops, positive=True)
         arg.number("p2p_gbps", self.p2p_gbps, positive=True)
         arg.number("p2p_latency_us", self.p2p_latency_us)
+        arg.number("tp_gbps", self.tp_gbps, positive=True)
 
     @property
     def bandwidth(self) -> float:
@@ -146,6 +151,12 @@ class Candidate:
         }
 
 
+def simplicity(cand: Candidate) -> tuple:
+    """How simple a design is to run, smaller first: pipeline stages, chunks, the frameworks that cannot run its
+    family, then memory and step time (what a tie is decided by)."""
+    return (cand.pp, cand.chunks, unsupported(cand.schedule), cand.worst_memory_bytes, cand.step_time_s)
+
+
 @dataclass
 class Search:
     """What :func:`plan` found: every candidate, the index of the best, and the inputs it was asked with."""
@@ -157,6 +168,8 @@ class Search:
     global_batch: int
     candidates: list[Candidate]
     seconds: float
+    tolerance: float = TOLERANCE
+    framework: str = "any"
 
     @property
     def ranked(self) -> list[int]:
@@ -166,9 +179,26 @@ class Search:
                                           self.candidates[i].pp, i))
 
     @property
-    def best(self) -> int | None:
+    def fastest(self) -> int | None:
         ranked = self.ranked
         return ranked[0] if ranked else None
+
+    @property
+    def ties(self) -> list[int]:
+        """The candidates within ``tolerance`` of the fastest, fastest first: as good as it, as far as the
+        estimates can tell."""
+        ranked = self.ranked
+        if not ranked:
+            return []
+        top = self.candidates[ranked[0]].step_time_s
+        return [i for i in ranked if self.candidates[i].step_time_s <= top * (1 + self.tolerance)]
+
+    @property
+    def best(self) -> int | None:
+        """The pick: of the :attr:`ties`, the simplest design -- fewer pipeline stages, then one chunk per rank,
+        then a family more frameworks run, then less memory, then the faster."""
+        ties = self.ties
+        return min(ties, key=lambda i: (*simplicity(self.candidates[i]), i)) if ties else None
 
     def within(self, gpu_memory_bytes: float | None = None, schedules=None) -> Search:
         """The same search under a smaller memory budget and/or fewer families, without building or simulating
@@ -196,14 +226,20 @@ class Search:
 
 
 def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch: int | None,
-                    schedules) -> tuple[int, list[str]]:
-    """The checks every planning entry point shares; returns the global batch and the families to try."""
+                    schedules, framework: str = "any") -> tuple[int, list[str]]:
+    """The checks every planning entry point shares; returns the global batch and the families to try (those of
+    ``schedules`` that ``framework`` runs)."""
     arg = Arguments("plan", PlanError)
     arg.instance("m", m, ModelSpec, "a ModelSpec (or load_model_spec(...))")
     arg.instance("hw", hw, Hardware, "a Hardware")
     arg.instance("training", training, Training, "a Training")
+    arg.text("framework", framework, list(FRAMEWORKS))
     if hw.gpus % training.tp:
         arg.fail(f"argument training: tp={training.tp} does not divide the {hw.gpus} GPUs")
+    for what, size in (("attention heads", m.heads), ("hidden size", m.hidden)):
+        if size % training.tp:  # Megatron asserts both: each tensor-parallel rank takes a whole share
+            arg.fail(f"argument training: tp={training.tp} does not divide the model's {what} ({size:,}): each "
+                     "tensor-parallel rank holds a whole share of the heads and of the hidden dimension")
     if global_batch is None:
         global_batch = 2 * hw.gpus // training.tp * m.micro_batch_size
     arg.integer("global_batch", global_batch, 1, limit="MAX_MODEL_DIM")
@@ -212,7 +248,11 @@ def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch
         arg.text("schedules[]", name, list(FAMILIES))
     if not families:
         arg.refuse("schedules", "at least one schedule family", schedules)
-    return global_batch, list(dict.fromkeys(families))
+    runs = [name for name in dict.fromkeys(families) if name in FRAMEWORKS[framework]]
+    if not runs:
+        arg.fail(f"argument schedules: {framework} runs none of {', '.join(dict.fromkeys(families))} (it runs "
+                 f"{', '.join(FRAMEWORKS[framework])})")
+    return global_batch, runs
 
 
 def _shapes(m: ModelSpec, ranks: int, families: list[str]):
@@ -240,13 +280,18 @@ def _count_ops(m: ModelSpec, ranks: int, global_batch: int, families: list[str])
 
 
 def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_batch: int | None = None,
-         schedules=None, model_name: str = "model", progress=None) -> Search:
-    """Enumerate, size and simulate every candidate; ``progress(done, total)`` is called as it goes."""
+         schedules=None, model_name: str = "model", progress=None, framework: str = "any",
+         tolerance: float = TOLERANCE) -> Search:
+    """Enumerate, size and simulate every candidate of the families ``framework`` runs; ``progress(done,
+    total)`` is called as it goes; step times within ``tolerance`` of the fastest tie (:attr:`Search.best`)."""
     training = Training() if training is None else training
-    global_batch, families = check_plan_args(m, hw, training, global_batch, schedules)
+    global_batch, families = check_plan_args(m, hw, training, global_batch, schedules, framework)
     arg = Arguments("plan", PlanError)
     arg.text("model_name", model_name)
     arg.function("progress", progress, none=True)
+    arg.number("tolerance", tolerance)
+    if not 0 <= tolerance < 1:
+        arg.refuse("tolerance", "a fraction from 0 up to 1 (0.02 is 2 %)", tolerance)
     ranks = hw.gpus // training.tp
     ops = _count_ops(m, ranks, global_batch, families)
     try:
@@ -265,16 +310,33 @@ def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_ba
         out.extend(_evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes))
         if progress is not None:
             progress(done + 1, len(shapes))
-    return Search(m, model_name, hw, training, global_batch, out, time.perf_counter() - start)
+    return Search(m, model_name, hw, training, global_batch, out, time.perf_counter() - start, tolerance, framework)
 
 
 def item_times(m: ModelSpec, hw: Hardware, training: Training) -> ItemTimes:
-    """Seconds per microbatch of each item (E, the layers, L): its FLOPs at ``tflops`` on each of ``tp`` GPUs;
-    full recomputation adds a forward to every backward (the output layer's too: an upper bound)."""
+    """Seconds per microbatch of each item (E, the layers, L): its FLOPs at ``tflops`` on each of ``tp`` GPUs,
+    plus each decoder layer's tensor-parallel collectives (:func:`tp_seconds`), charged as compute is: twice in
+    the backward (which runs the same four collectives: an upper bound that keeps every backward twice its
+    forward, so ``simulate_args`` still reproduces the step); full recomputation adds a forward to every
+    backward (the output layer's too: an upper bound)."""
     items = item_times_from_flops(m, hw.tflops * training.tp)
-    if training.recompute != "full":
-        return items
-    return ItemTimes(items.fwd, tuple(b + f for f, b in zip(items.fwd, items.bwd)))
+    comm = tp_seconds(m, hw, training.tp)
+    fwd = tuple(f + (comm if 0 < k <= m.layers else 0.0) for k, f in enumerate(items.fwd))
+    bwd = tuple(b + (2 * comm if 0 < k <= m.layers else 0.0) for k, b in enumerate(items.bwd))
+    if training.recompute == "full":
+        bwd = tuple(b + f for f, b in zip(fwd, bwd))
+    return ItemTimes(fwd, bwd)
+
+
+def tp_seconds(m: ModelSpec, hw: Hardware, tp: int) -> float:
+    """One decoder layer's tensor-parallel communication for one microbatch, one way (forward or backward):
+    with sequence parallelism two all-gathers and two reduce-scatters of the ``s b h`` activation, each moving
+    ``(tp - 1) / tp`` of its bytes over the ``tp_gbps`` link, plus a latency each; none at ``tp = 1``.  Nothing
+    is overlapped with compute (Megatron can overlap some of it: ``--tp-comm-overlap``)."""
+    if tp == 1:
+        return 0.0
+    nbytes = m.seq_len * m.micro_batch_size * m.hidden * m.dtype_bytes
+    return 4 * ((tp - 1) / tp * nbytes / (hw.tp_gbps * GB) + hw.latency)
 
 
 def bwd_ratio(training: Training) -> int:
@@ -364,12 +426,22 @@ def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_b
     return out
 
 
-def allreduce_seconds(grad_bytes: float, dp: int, hw: Hardware) -> float:
+def allreduce_seconds(grad_bytes: float, dp: int, hw: Hardware, param_bytes: float | None = None) -> float:
     """A ring all-reduce of ``grad_bytes`` over ``dp`` replicas: ``2 (dp-1)/dp`` of the bytes each way, plus
-    ``2 (dp-1)`` latencies; 0 without data parallelism."""
+    ``2 (dp-1)`` latencies; 0 without data parallelism.  With the distributed optimizer (``param_bytes``, the
+    weights' bytes): a reduce-scatter of the gradients and an all-gather of the updated weights, ``(dp-1)/dp`` of
+    each -- 4 + 2 bytes a parameter in bf16 where the all-reduce moves 8."""
     if dp <= 1:
         return 0.0
-    return 2 * (dp - 1) / dp * grad_bytes / hw.bandwidth + 2 * (dp - 1) * hw.latency
+    moved = 2 * grad_bytes if param_bytes is None else grad_bytes + param_bytes
+    return (dp - 1) / dp * moved / hw.bandwidth + 2 * (dp - 1) * hw.latency
+
+
+def _reduce_start(res, rank: int) -> float:
+    """When rank ``rank``'s gradients start to be final: the start of its first backward (B, or W for a split
+    backward) of the last microbatch -- where Megatron's overlapped reduce launches its first bucket."""
+    last = res.schedule.microbatches - 1
+    return min(e.start for e in res.rank_events(rank) if e.op.kind in ("B", "W") and e.op.microbatch == last)
 
 
 def predict(cand: Candidate, m, hw, training, global_batch, items, layout, sched) -> None:
@@ -381,8 +453,14 @@ def predict(cand: Candidate, m, hw, training, global_batch, items, layout, sched
     cand.pipeline_time_s = res.makespan
     cand.bubble_fraction = res.bubble_fraction
     cand.busy_s = list(res.busy)
-    grads = max(r.gradients for r in cand.memory)
-    cand.allreduce_time_s = allreduce_seconds(grads, cand.dp, hw)
+    def reduce(r: RankMemory) -> float:
+        return allreduce_seconds(r.gradients, cand.dp, hw, r.weights if training.distributed_optimizer else None)
+
+    if training.overlap_grad_reduce and cand.dp > 1:  # the reduce runs from the last microbatch's backward on
+        end = max(_reduce_start(res, r) + reduce(cand.memory[r]) for r in range(sched.pp))
+        cand.allreduce_time_s = max(0.0, end - res.makespan)  # only what outlasts the pipeline adds to the step
+    else:
+        cand.allreduce_time_s = max(reduce(r) for r in cand.memory)  # after the flush, the fullest rank's last
     cand.step_time_s = cand.pipeline_time_s + cand.allreduce_time_s
     cand.tokens_per_s = global_batch * m.seq_len / cand.step_time_s if cand.step_time_s else None
 
