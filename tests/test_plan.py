@@ -343,3 +343,10 @@ def test_tensor_parallel_communication_is_charged():
     for a, b in zip(slow.candidates, fast.candidates):
         if a.fits:
             assert a.pipeline_time_s > b.pipeline_time_s
+
+
+def test_a_model_whose_heads_do_not_divide_its_hidden_size_is_refused(tmp_path):
+    config = tmp_path / "model.json"
+    config.write_text('{"hidden": 768, "heads": 7}')
+    res = run_cli("plan", "--config", str(config), "--gpus", "8", "--gpu-memory-gb", "80")
+    assert res.code == 2 and len(res.err_lines) == 1 and "768 is not a multiple of heads (7)" in res.err, res.err
