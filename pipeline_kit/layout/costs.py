@@ -61,9 +61,6 @@ class ModelSpec:
         for name, (low, limit) in MODEL_INTS.items():
             arg.integer(name, getattr(self, name), low, limit=limit)
         arg.boolean("tie_embeddings", self.tie_embeddings)
-        if self.hidden % self.heads:  # what Megatron and the runtime's attention assert too
-            arg.fail(f"argument hidden: {self.hidden:,} is not a multiple of heads ({self.heads:,}): each attention "
-                     "head takes an equal share of the hidden size")
 
     def to_dict(self) -> dict:
         return asdict(self)

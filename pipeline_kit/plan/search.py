@@ -236,6 +236,9 @@ def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch
     arg.text("framework", framework, list(FRAMEWORKS))
     if hw.gpus % training.tp:
         arg.fail(f"argument training: tp={training.tp} does not divide the {hw.gpus} GPUs")
+    if m.hidden % m.heads:  # (the layout and memory sums need no whole head; a model to train does)
+        arg.fail(f"argument m: hidden {m.hidden:,} is not a multiple of heads ({m.heads:,}): each attention head "
+                 "takes an equal share of the hidden size")
     for what, size in (("attention heads", m.heads), ("hidden size", m.hidden)):
         if size % training.tp:  # Megatron asserts both: each tensor-parallel rank takes a whole share
             arg.fail(f"argument training: tp={training.tp} does not divide the model's {what} ({size:,}): each "
