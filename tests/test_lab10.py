@@ -37,12 +37,13 @@ CHOICE = {"schedule": BEST.schedule, "pp": BEST.pp, "chunks": BEST.chunks, "micr
 # -- one whole notebook, graded: each wrong answer costs exactly its checks -------------------
 @pytest.mark.slow
 def test_typical_wrong_answers(tmp_path):
-    """Adam's state forgotten, the average rank sized, decide upside down -- each in its own answer cell."""
-    answers = {"memory": _answer("memory") + "\n\n" + catalogue.NO_OPTIMIZER,
+    """One P2P buffer where there are two, the average rank sized, decide upside down -- each in its own answer
+    cell (a memory mistake that makes an over-budget design look as if it fits would cost the choice too)."""
+    answers = {"memory": _answer("memory") + "\n\n" + catalogue.ONE_BUFFER,
                "choice": _answer("choice") + "\n\n" + catalogue.AVERAGE_RANK,
                "rule": catalogue.UPSIDE_DOWN}
     report = grade_answers(tmp_path, LAB, answers, timeout=120)
-    assert_partial(report, {"plan_main_memory": "the optimizer state is missing",
+    assert_partial(report, {"plan_main_memory": "one for its gradient",
                             "plan_main_worst": "that is the average of your own ranks",
                             "plan_follow_rule": "upside down"})
     points = {c.name: c.points for c in report.checks}

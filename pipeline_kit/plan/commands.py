@@ -20,7 +20,7 @@ from ..layout.spec import LayoutError
 from ..schedules import FAMILIES
 from .explain import explain
 from .frameworks import FRAMEWORKS, megatron_args, run_lines, torch_args
-from .memory import OPTIMIZERS, RECOMPUTE, Training
+from .memory import ATTENTION, OPTIMIZERS, RECOMPUTE, Training
 from .search import GB, TOLERANCE, Hardware, PlanError, Search, describe_search, plan
 
 GPUS = int_at_most("MAX_GPUS", "GPUs")
@@ -66,6 +66,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int_at_most("MAX_RANKS", "ranks"), default=1,
                    help="tensor-parallel size with sequence parallelism, fixed (default 1)")
     p.add_argument("--recompute", choices=RECOMPUTE, default="none", help="activation recomputation (default none)")
+    p.add_argument("--attention", choices=ATTENTION, default="fused",
+                   help="fused (flash) attention keeps no attention scores, Megatron-Core 0.19's default; unfused "
+                        "keeps Korthikanti et al.'s 5as/h score term (default fused)")
     p.add_argument("--distributed-optimizer", action="store_true", help="shard the optimizer state over dp")
     p.add_argument("--overlap-grad-reduce", action="store_true",
                    help="the data-parallel reduce starts in the last microbatch's backward (Megatron's flag; off "
@@ -95,7 +98,7 @@ def search_from_args(args: argparse.Namespace) -> Search:
         hw = Hardware(args.gpus, args.gpu_memory_gb * GB, args.tflops, args.p2p_gbps, args.p2p_latency_us,
                       args.tp_gbps)
         training = Training(args.optimizer, args.tp, args.recompute, args.distributed_optimizer,
-                            args.overlap_grad_reduce)
+                            args.overlap_grad_reduce, args.attention)
         return plan(spec, hw, training, args.global_batch, args.schedules, model_name=args.config,
                     progress=_progress if sys.stderr.isatty() else None, framework=args.framework,
                     tolerance=args.tolerance)
@@ -166,7 +169,8 @@ def to_json(search: Search) -> dict:
             "training": {"optimizer": search.training.optimizer, "tp": search.training.tp,
                          "recompute": search.training.recompute,
                          "distributed_optimizer": search.training.distributed_optimizer,
-                         "overlap_grad_reduce": search.training.overlap_grad_reduce},
+                         "overlap_grad_reduce": search.training.overlap_grad_reduce,
+                         "attention": search.training.attention},
             "hardware": {"tflops": search.hardware.tflops, "p2p_gbps": search.hardware.p2p_gbps,
                          "p2p_latency_us": search.hardware.p2p_latency_us, "tp_gbps": search.hardware.tp_gbps},
             "framework": search.framework, "tolerance": search.tolerance, "fastest": search.fastest,

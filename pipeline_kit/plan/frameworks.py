@@ -58,6 +58,8 @@ def megatron_args(cand, search) -> list[str] | None:
         args.append("--use-distributed-optimizer")
     if tr.overlap_grad_reduce:
         args.append("--overlap-grad-reduce")
+    if tr.attention == "unfused":  # (fused is Megatron's default: --attention-backend auto)
+        args += ["--attention-backend", "unfused"]
     return args
 
 

@@ -10,8 +10,9 @@ way, and each term has to be one a reader can check by hand.  Per rank ``r`` of 
   bf16 weights Adam totals the well-known 18 bytes per parameter of Megatron without the distributed
   optimizer;
 * **activations** -- what the schedule keeps alive at once: each forward adds the stage's activation bytes
-  per microbatch (:func:`~pipeline_kit.layout.costs.stage_costs`), a full backward ``B`` or a weight-grad
-  ``W`` frees them -- the simulator's own ``peak_activation_bytes``;
+  per microbatch (:func:`layer_activation_bytes_kept`: Megatron-Core 0.19's per-layer estimate, fused attention
+  by default), a full backward ``B`` frees them.  A split backward's ``I`` frees all but the linear layers'
+  inputs, which its ``W`` needs and then frees (:func:`w_input_bytes`, as the zero-bubble paper counts it);
 * **W's kept gradients** -- a split backward (``I`` now, ``W`` later) must keep, from ``I`` to ``W``, the
   output gradients the weight gradients need: per decoder layer those of its four linear layers,
   ``(5 + f) s b h`` elements (QKV ``3h``, projection ``h``, MLP ``f h`` and ``h``), plus the embedding
@@ -38,6 +39,7 @@ from ..schedules.ops import Schedule, _stage_owner
 
 OPTIMIZERS = ("adam", "sgd")
 RECOMPUTE = ("none", "selective", "full")  # Megatron's --recompute-granularity, and none
+ATTENTION = ("fused", "unfused")  # fused/flash kernels keep no attention scores (Megatron-Core 0.19's default, auto)
 GRAD_BYTES = 4  # fp32 main grads
 
 
@@ -52,6 +54,8 @@ class Training:
     state is sharded over the data-parallel replicas (Megatron's ``--use-distributed-optimizer``).
     ``overlap_grad_reduce``: the data-parallel gradient reduce starts inside the last microbatch's backward
     (Megatron's ``--overlap-grad-reduce``, off by default there and here); it changes time, not memory.
+    ``attention``: ``fused`` (Megatron-Core 0.19's default backend picks a fused or flash kernel, which keeps no
+    ``s x s`` scores) or ``unfused`` (Korthikanti et al.'s 2022 accounting, with the ``5 a s / h`` score term).
     """
 
     optimizer: str = "adam"
@@ -59,6 +63,7 @@ class Training:
     recompute: str = "none"
     distributed_optimizer: bool = False
     overlap_grad_reduce: bool = False
+    attention: str = "fused"
 
     def __post_init__(self) -> None:
         arg = Arguments("Training", LayoutError)
@@ -67,12 +72,14 @@ class Training:
         arg.text("recompute", self.recompute, RECOMPUTE)
         arg.boolean("distributed_optimizer", self.distributed_optimizer)
         arg.boolean("overlap_grad_reduce", self.overlap_grad_reduce)
+        arg.text("attention", self.attention, ATTENTION)
 
     def words(self) -> str:
         """``Adam, tp=8, selective recomputation, distributed optimizer`` -- for reports."""
         parts = ["Adam" if self.optimizer == "adam" else "SGD with momentum"]
         if self.tp > 1:
             parts.append(f"tp={self.tp} with sequence parallelism")
+        parts.append(f"{self.attention} attention")
         if self.recompute != "none":
             parts.append(f"{self.recompute} recomputation")
         if self.distributed_optimizer:
@@ -95,16 +102,42 @@ def bytes_per_param(optimizer: str, dtype_bytes: int) -> int:
     return dtype_bytes + GRAD_BYTES + optimizer_bytes_per_param(optimizer, dtype_bytes)
 
 
-def layer_activation_bytes_kept(m: ModelSpec, recompute: str = "none") -> float:
-    """Bytes one decoder layer keeps per microbatch for its backward (before the ``tp`` split): Korthikanti et
-    al.'s ``s b h (34 + 5 a s / h)`` at 16 bits; ``34`` alone with selective recomputation; the layer's input
-    alone, ``s b h`` elements, with full recomputation."""
-    Arguments("layer_activation_bytes_kept").text("recompute", recompute, RECOMPUTE)
+def layer_activation_bytes_kept(m: ModelSpec, recompute: str = "none", attention: str = "fused") -> float:
+    """Bytes one decoder layer keeps per microbatch for its backward (before the ``tp`` split): ``s b h (18 + 4 f)``
+    at 16 bits, ``f`` the MLP's width over ``h`` -- Megatron-Core 0.19's own estimate
+    (``theoretical_memory_usage.py``, Korthikanti et al.'s Table 2 with the MLP's width), which is ``34 s b h`` for
+    ``f = 4``; unfused attention without recomputation adds the ``5 a s / h`` score term (Korthikanti's
+    ``s b h (34 + 5 a s / h)``, :func:`~pipeline_kit.layout.costs.layer_activation_bytes`); full recomputation keeps
+    the layer's input alone, ``s b h`` elements."""
+    arg = Arguments("layer_activation_bytes_kept")
+    arg.text("recompute", recompute, RECOMPUTE)
+    arg.text("attention", attention, ATTENTION)
+    sbh = m.seq_len * m.micro_batch_size * m.hidden
     if recompute == "full":
-        return m.seq_len * m.micro_batch_size * m.hidden * m.dtype_bytes
-    if recompute == "selective":
-        return m.seq_len * m.micro_batch_size * m.hidden * 34 * m.dtype_bytes / 2
-    return layer_activation_bytes(m)
+        return sbh * m.dtype_bytes
+    kept = sbh * (18 + 4 * m.ffn_mult) * m.dtype_bytes / 2
+    if attention == "unfused" and recompute == "none":
+        kept += sbh * 5 * m.heads * m.seq_len / m.hidden * m.dtype_bytes / 2
+    return kept
+
+
+def stage_activations(m: ModelSpec, layout: Layout, training: Training | None = None, costs=None) -> list[float]:
+    """Bytes each stage of ``layout`` keeps for one microbatch's backward (before the ``tp`` split): its E and L
+    parts as :func:`~pipeline_kit.layout.costs.stage_costs` counts them, its decoder layers as
+    :func:`layer_activation_bytes_kept` does for ``training``'s attention and recomputation."""
+    training = Training() if training is None else training
+    costs = stage_costs(layout, m, 1) if costs is None else costs
+    per_layer = layer_activation_bytes(m)
+    kept_layer = layer_activation_bytes_kept(m, training.recompute, training.attention)
+    return [c.activation_bytes + len(c.spec.layers) * (kept_layer - per_layer) for c in costs]
+
+
+def w_input_bytes(m: ModelSpec, layers: int, loss: bool) -> float:
+    """What a stage's ``W`` needs of its activations (Qi et al.'s zero-bubble paper: the linear layers' inputs),
+    per microbatch: per decoder layer the inputs of QKV, of the projection and of the two MLP layers, ``(3 + f)
+    s b h`` elements, and the output layer's input on L.  ``I`` frees the rest of the stage's activations."""
+    sbh = m.seq_len * m.micro_batch_size * m.hidden
+    return (layers * (3 + m.ffn_mult) + (1 if loss else 0)) * sbh * m.dtype_bytes
 
 
 def wgrad_kept_bytes(m: ModelSpec, layers: int, embedding: bool, loss: bool) -> float:
@@ -160,10 +193,9 @@ def rank_memory(m: ModelSpec, layout: Layout, schedule: Schedule, training: Trai
         arg.fail(f"the layout has {layout.num_stages} stages but the schedule runs {stages} "
                  f"(pp={pp} x {schedule.chunks} chunk(s))")
     costs = stage_costs(layout, m, pp)
-    per_layer, kept_layer = layer_activation_bytes(m), layer_activation_bytes_kept(m, training.recompute)
-    # a stage's E and L parts as stage_costs counts them, and its layers as the recomputation keeps them
-    act = [(c.activation_bytes + len(c.spec.layers) * (kept_layer - per_layer)) / tp for c in costs]
+    act = [a / tp for a in stage_activations(m, layout, training, costs)]
     kept = [wgrad_kept_bytes(m, len(st.layers), st.embedding, st.loss) / tp for st in layout.stages]
+    needs = [w_input_bytes(m, len(st.layers), st.loss) / tp for st in layout.stages]  # kept from I to W
     params = [0] * pp
     for s, c in enumerate(costs):
         params[_stage_owner(s, pp, schedule.placement)[0]] += c.params / tp
@@ -182,10 +214,11 @@ def rank_memory(m: ModelSpec, layout: Layout, schedule: Schedule, training: Trai
                 if not keep:
                     continue
                 live += act[s]
-            elif kind == "I":
+            elif kind == "I":  # frees what W does not need, keeps the output gradients W does
+                live -= act[s] - needs[s]
                 pending += kept[s]
             elif kind == "W":
-                live -= act[s]
+                live -= needs[s]
                 pending -= kept[s]
             else:  # B: the whole backward frees the microbatch's activations at once
                 live -= act[s]

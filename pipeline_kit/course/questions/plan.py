@@ -150,8 +150,7 @@ def _over_hint(cand) -> str:
     if kin:
         return (f"; no layout makes {cand.schedule} fit at this pp and v, but it fits at another: try the other "
                 "shapes its family takes (a deeper pipeline puts fewer layers on each rank)")
-    return (f"; no layout, pp or v makes {cand.schedule} fit this budget: its fullest rank keeps more activations "
-            f"(or kept gradients) at once than the budget holds, so choose a family that frees them sooner "
+    return (f"; no layout, pp or v makes {cand.schedule} fit: choose a family that keeps less alive at once "
             f"{book('memory', 'Three kinds of memory on a rank')}")
 
 
