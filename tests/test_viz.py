@@ -314,9 +314,10 @@ def test_plan_plot_counts_every_candidate_once_as_its_legend_does():
     """The title's counts add up to every candidate, and its "too big" is the legend's crosses."""
     from pipeline_kit.viz.plan import plan_plot
     for search, title in (
-            (_plan(), "4 candidates fit, 107 too big, 5 refused by the family"),
-            (_plan(gb=1.0, batch=12), "0 candidates fit, 60 too big, 32 refused by the batch or the family"),
-            (_plan(gpus=2, gb=2, schedules=["interleaved"]), "1 candidate fits, 9 too big, 5 refused by the family"),
+            (_plan(), "28 candidates fit, 83 too big, 5 refused by the family"),
+            (_plan(gb=0.7, batch=12), "0 candidates fit, 60 too big, 32 refused by the batch or the family"),
+            (_plan(gb=1.0, batch=12), "1 candidate fits, 59 too big, 32 refused by the batch or the family"),
+            (_plan(gpus=2, gb=2, schedules=["interleaved"]), "9 candidates fit, 1 too big, 5 refused by the family"),
             (_plan(gb=80), "111 candidates fit, 5 refused by the family")):
         ax = plan_plot(search).axes[0]
         assert ax.get_title() == f"bank-pp8 on {search.hardware.gpus} GPUs: {title}"
@@ -334,7 +335,7 @@ def test_a_logarithmic_memory_axis_has_round_plain_labels():
     ax = plan_plot(search).axes[0]
     assert ax.get_xscale() == "log"
     labels = _x_labels(ax)
-    assert labels == ["1.2", "1.5", "2", "2.5", "3", "4"]  # GB, plain numbers, across the data
+    assert labels == ["1", "1.2", "1.5", "2", "2.5", "3"]  # GB, plain numbers, across the data
     memory = [c.worst_memory_bytes / 1e9 for c in search.candidates if c.worst_memory_bytes]
     assert float(labels[0]) < 1.5 * min(memory) and float(labels[-1]) > max(memory) / 1.5
     # the book sets the scale itself after the call: the labels are still round numbers, not powers of ten

@@ -103,7 +103,10 @@ def cmd_balance(args: argparse.Namespace) -> int:
         items = items.scaled(1e3)
         source = "measured per-layer times"
     else:
-        items = item_times_from_flops(spec, args.tflops).scaled(1e3)
+        try:  # (a model so large that an item's time passes MAX_NUMBER: one line, not a traceback)
+            items = item_times_from_flops(spec, args.tflops).scaled(1e3)
+        except LayoutError as exc:
+            raise UsageError(str(exc)) from None
         source = f"FLOPs at {args.tflops:g} TFLOP/s"
     try:
         result = balance(items, args.pp, args.chunks, args.microbatches, args.p2p_latency * 1e3)

@@ -123,8 +123,8 @@ def layer_activation_bytes_kept(m: ModelSpec, recompute: str = "none", attention
 
 def stage_activations(m: ModelSpec, layout: Layout, training: Training | None = None, costs=None) -> list[float]:
     """Bytes each stage of ``layout`` keeps for one microbatch's backward (before the ``tp`` split): its E and L
-    parts as :func:`~pipeline_kit.layout.costs.stage_costs` counts them, its decoder layers as
-    :func:`layer_activation_bytes_kept` does for ``training``'s attention and recomputation."""
+    parts as ``stage_costs`` counts them, its decoder layers as ``layer_activation_bytes_kept`` does for
+    ``training``'s attention and recomputation."""
     training = Training() if training is None else training
     costs = stage_costs(layout, m, 1) if costs is None else costs
     per_layer = layer_activation_bytes(m)
