@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import tempfile
 from pathlib import Path
@@ -165,11 +166,16 @@ def make_release(dest: Path, solutions: Path = ROOT / "solutions", book: Path = 
     the release instead of going to the students."""
     dest = Path(os.path.abspath(dest))
     _check_release(dest, solutions, book)
+    # Ctrl-C or SIGTERM wait while the folder is made and its cleanup armed: one arriving between the two would
+    # leave the folder behind (it did, under load, in the test that stops a release halfway)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         work = Path(tempfile.mkdtemp(prefix=f".{dest.name}{WRITING}", dir=dest.parent))
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         raise ReleaseError(f"argument --release: cannot write in {str(dest.parent)!r}: {exc.strerror or exc}") from None
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # (a signal that waited is raised here, inside the try)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(work, stat.S_IMODE(os.stat(dest).st_mode) if dest.is_dir() else 0o777 & ~umask)  # not mkdtemp's 0700
