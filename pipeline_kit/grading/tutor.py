@@ -131,17 +131,9 @@ class CheckFailed(AssertionError):
         """The verdict when the cell fails; asked again (``%tb``), the full traceback, every frame of the kit's and
         the student's own exception behind it."""
         if getattr(self, "_shown", False):
-            return _full_traceback(self)
+            return verdict.traceback_lines(self, self.__traceback__)
         self._shown = True
         return verdict.failure_lines(self.title, self.messages, self.errors, f"{self.note} · {verdict.FULL_TRACEBACK}")
-
-
-def _full_traceback(exc: BaseException) -> list[str]:
-    shell = _shell()
-    if shell is not None:
-        return list(shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__))
-    import traceback
-    return [line.rstrip("\n") for line in traceback.format_exception(type(exc), exc, exc.__traceback__)]
 
 
 class _OutOfTime(parts.OutOfTime):

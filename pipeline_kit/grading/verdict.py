@@ -70,7 +70,7 @@ def students_frames(exc: BaseException | None) -> list[str]:
             if crossed_kit and is_students(name):
                 if isinstance(exc, NotImplementedError):
                     return []  # "not answered yet" says it all
-                return _format(exc, tb)
+                return traceback_lines(exc, tb)
             crossed_kit = crossed_kit or not is_students(name)
             tb = tb.tb_next
         exc = exc.__cause__ or exc.__context__
@@ -94,7 +94,8 @@ def students_line(exc: BaseException) -> str:
     return f"line {found.tb_lineno} of your code (in {code.co_name})" + (f", `{text[:80]}`" if text else "")
 
 
-def _format(exc: BaseException, tb) -> list[str]:
+def traceback_lines(exc: BaseException, tb) -> list[str]:
+    """``exc``'s traceback from ``tb`` as IPython shows it (plain Python's where IPython is not running)."""
     try:
         from IPython import get_ipython
 

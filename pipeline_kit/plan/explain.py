@@ -99,15 +99,16 @@ def flipping_assumption(a: dict[str, float], b: dict[str, float]) -> str:
     return ASSUMPTIONS[max(gaps, key=gaps.__getitem__)]
 
 
-def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str,
-             tolerance: float) -> tuple[str, str]:
-    """The sentence on ``best`` (whose breakdown is ``a``) against ``other``, and the factor that decided."""
+def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str, tolerance: float,
+             parts_of) -> tuple[str, str]:
+    """The sentence on ``best`` (whose breakdown is ``a``) against ``other``, and the factor that decided;
+    ``parts_of(candidate)`` is its breakdown."""
     if other is best:
         return f"It is itself the {role}.", None
     if not other.fits:
         return (f"Against the {role}, {other.label()}: {FACTOR_WORDS['memory']} decided -- it does not fit "
                 f"({other.why_not}).", "memory")
-    b = breakdown(other)
+    b = parts_of(other)
     factor, gain = _largest_saving(a, b)
     margin = other.step_time_s / best.step_time_s - 1
     if abs(margin) <= tolerance:
@@ -120,7 +121,7 @@ def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str,
             + ").", factor)
 
 
-def _tie_sentence(search: Search, best: Candidate, mine: dict[str, float]) -> str:
+def _tie_sentence(search: Search, best: Candidate, mine: dict[str, float], parts_of) -> str:
     """How the pick came out of a tie: how many were within the tolerance, and what it gives up."""
     ties = search.ties
     if len(ties) < 2:
@@ -133,7 +134,7 @@ def _tie_sentence(search: Search, best: Candidate, mine: dict[str, float]) -> st
         return text + ", and that is the fastest too."
     margin = best.step_time_s / fastest.step_time_s - 1
     return (text + f": this one, {100 * margin:+.2f} % against the fastest, {fastest.label()}; "
-            f"{flipping_assumption(mine, breakdown(fastest))} could flip them.")
+            f"{flipping_assumption(mine, parts_of(fastest))} could flip them.")
 
 
 def explain(search: Search) -> Why:
@@ -155,14 +156,22 @@ def explain(search: Search) -> Why:
              f"{100 * best.bubble_fraction:.1f} %, worst rank {best.worst_memory_bytes / GB:.1f} GB of "
              f"{search.hardware.gpu_memory_bytes / GB:g} GB."]
     vs_runner = vs_base = None
-    mine = breakdown(best)  # (each breakdown simulates the step again without P2P: once per candidate)
-    tie = _tie_sentence(search, best, mine)
+    known: dict[int, dict[str, float]] = {}
+
+    def parts_of(cand: Candidate) -> dict[str, float]:  # (a breakdown simulates the step again: once per candidate)
+        if id(cand) not in known:
+            known[id(cand)] = breakdown(cand)
+        return known[id(cand)]
+
+    mine = parts_of(best)
+    tie = _tie_sentence(search, best, mine, parts_of)
     if tie:
         parts.append(tie)
     if runner is not None:
-        text, vs_runner = _against(best, mine, search.candidates[runner], "runner-up", search.tolerance)
+        text, vs_runner = _against(best, mine, search.candidates[runner], "runner-up", search.tolerance, parts_of)
         parts.append(text)
     if base is not None:
-        text, vs_base = _against(best, mine, search.candidates[base], "plain 1F1B baseline", search.tolerance)
+        text, vs_base = _against(best, mine, search.candidates[base], "plain 1F1B baseline", search.tolerance,
+                                 parts_of)
         parts.append(text)
     return Why(" ".join(parts), pick, runner, base, vs_runner, vs_base)

@@ -179,6 +179,15 @@ class Search:
                                           self.candidates[i].pp, i))
 
     @property
+    def refusals(self) -> dict[str, int]:
+        """How many candidates were refused, by kind (``memory``, ``family``, ...), the commonest first."""
+        kinds: dict[str, int] = {}
+        for c in self.candidates:
+            if not c.fits:
+                kinds[c.refusal or "other"] = kinds.get(c.refusal or "other", 0) + 1
+        return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+    @property
     def fastest(self) -> int | None:
         ranked = self.ranked
         return ranked[0] if ranked else None
@@ -440,11 +449,15 @@ def allreduce_seconds(grad_bytes: float, dp: int, hw: Hardware, param_bytes: flo
     return (dp - 1) / dp * moved / hw.bandwidth + 2 * (dp - 1) * hw.latency
 
 
-def _reduce_start(res, rank: int) -> float:
-    """When rank ``rank``'s gradients start to be final: the start of its first backward (B, or W for a split
+def _reduce_starts(res) -> list[float]:
+    """When each rank's gradients start to be final: the start of its first backward (B, or W for a split
     backward) of the last microbatch -- where Megatron's overlapped reduce launches its first bucket."""
     last = res.schedule.microbatches - 1
-    return min(e.start for e in res.rank_events(rank) if e.op.kind in ("B", "W") and e.op.microbatch == last)
+    starts = [float("inf")] * res.schedule.pp
+    for e in res.events:  # (one pass: rank_events would walk them all once per rank)
+        if e.op.kind in ("B", "W") and e.op.microbatch == last:
+            starts[e.rank] = min(starts[e.rank], e.start)
+    return starts
 
 
 def predict(cand: Candidate, m, hw, training, global_batch, items, layout, sched) -> None:
@@ -456,25 +469,20 @@ def predict(cand: Candidate, m, hw, training, global_batch, items, layout, sched
     cand.pipeline_time_s = res.makespan
     cand.bubble_fraction = res.bubble_fraction
     cand.busy_s = list(res.busy)
-    def reduce(r: RankMemory) -> float:
-        return allreduce_seconds(r.gradients, cand.dp, hw, r.weights if training.distributed_optimizer else None)
-
+    reduces = [allreduce_seconds(r.gradients, cand.dp, hw, r.weights if training.distributed_optimizer else None)
+               for r in cand.memory]
     if training.overlap_grad_reduce and cand.dp > 1:  # the reduce runs from the last microbatch's backward on
-        end = max(_reduce_start(res, r) + reduce(cand.memory[r]) for r in range(sched.pp))
+        end = max(start + t for start, t in zip(_reduce_starts(res), reduces))
         cand.allreduce_time_s = max(0.0, end - res.makespan)  # only what outlasts the pipeline adds to the step
     else:
-        cand.allreduce_time_s = max(reduce(r) for r in cand.memory)  # after the flush, the fullest rank's last
+        cand.allreduce_time_s = max(reduces)  # after the flush: the rank with the most gradients finishes last
     cand.step_time_s = cand.pipeline_time_s + cand.allreduce_time_s
     cand.tokens_per_s = global_batch * m.seq_len / cand.step_time_s if cand.step_time_s else None
 
 
 def describe_search(search: Search) -> str:
     """One line: how many candidates, how many fit, and the refusals by kind."""
-    kinds: dict[str, int] = {}
-    for c in search.candidates:
-        if c.refusal:
-            kinds[c.refusal] = kinds.get(c.refusal, 0) + 1
-    refused = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    refused = ", ".join(f"{k} {n}" for k, n in search.refusals.items())
     fit = sum(c.fits for c in search.candidates)
     return (f"searched {len(search.candidates)} candidates in {search.seconds:.2f} s: {fit} fit"
             + (f", {len(search.candidates) - fit} refused ({refused})" if refused else ""))

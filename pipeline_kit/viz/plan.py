@@ -99,16 +99,12 @@ def counts(search: Search) -> str:
     """``4 candidates fit, 107 too big, 5 refused by the family``: every candidate counted once, memory's
     refusals (the crosses) apart from the others, which have no memory to draw, by kind, the commonest first."""
     fit = sum(c.fits for c in search.candidates)
-    kinds: dict[str, int] = {}
-    for c in search.candidates:
-        if not c.fits:
-            kinds[c.refusal or "other"] = kinds.get(c.refusal or "other", 0) + 1
+    kinds = search.refusals
     words = [f"{fit} candidate{'' if fit == 1 else 's'} fit{'s' if fit == 1 else ''}"]
     if kinds.get("memory"):
         words.append(f"{kinds.pop('memory')} too big")
     if kinds:
-        by = sorted(kinds, key=lambda k: -kinds[k])
-        named = [f"the {k}" for k in by]
+        named = [f"the {k}" for k in kinds]
         words.append(f"{sum(kinds.values())} refused by " + (" or ".join(named) if len(named) < 3 else
                                                              ", ".join(named[:-1]) + " or " + named[-1]))
     return ", ".join(words)
