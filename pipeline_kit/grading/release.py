@@ -209,7 +209,8 @@ def _check_release(dest: Path, solutions: Path, book: Path) -> None:
     what the release is made from (it would copy itself, or sit among the solutions)."""
     where = f"argument --release: {str(dest)!r}"
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise ReleaseError(f"{where} is {'a link' if dest.is_symlink() else 'a file'}; give a new or empty folder")
+        kind = "a link" if dest.is_symlink() else "a file" if dest.is_file() else "not a folder"  # (a FIFO, a device)
+        raise ReleaseError(f"{where} is {kind}; give a new or empty folder")
     if dest.is_dir() and os.path.samefile(dest, "."):  # (a shell in it would see the old, empty folder)
         raise ReleaseError(f"{where} is the current folder: name a new folder, or run the command from its parent")
     if dest.is_dir() and any(dest.iterdir()):
