@@ -88,7 +88,8 @@ def templates(into: Path) -> Path:
     work = Path(tempfile.mkdtemp(prefix="pipeline-kit-gettext-", dir=into))
     cfg = _book_config()
     cfg["execute"] = {**cfg.get("execute", {}), "execute_notebooks": "off"}
-    cfg.setdefault("sphinx", {}).setdefault("config", {})["gettext_compact"] = False
+    cfg.setdefault("sphinx", {}).setdefault("config", {}).update(
+        gettext_compact=False, gettext_location=False, project="pipeline-kit")  # (no machine's paths in them)
     (work / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     exe = Path(sys.executable).with_name("jupyter-book")
     proc = subprocess.run([str(exe), "build", str(BOOK), "--path-output", str(work), "--config",
