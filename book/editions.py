@@ -51,6 +51,7 @@ def _config(out: Path, lang: str | None, cache: Path) -> Path:
     cfg["execute"] = {**cfg.get("execute", {}), "execute_notebooks": "cache", "cache": str(cache)}
     sphinx = cfg.setdefault("sphinx", {}).setdefault("config", {})
     sphinx["gettext_compact"] = False
+    sphinx["html_js_files"] = [*sphinx.get("html_js_files", []), "editions/pk-edition.js"]  # the link to the twin
     if lang:
         cfg["title"] = ZH_TITLE
         sphinx.update(language=lang, locale_dirs=[str(LOCALE)], html_search_language="zh")
@@ -100,6 +101,7 @@ def templates(into: Path) -> Path:
     return work / "_build" / "gettext"
 
 
+XREF = ("term", "ref", "doc", "numref")  # cross-reference roles: their text may be translated, their target not
 ROLE = re.compile(r"\{([\w:.-]+)\}`([^`]*)`")
 CODE = re.compile(r"(?<![}`])`([^`]+)`")
 MATH = re.compile(r"\$[^$]+\$")
@@ -112,7 +114,10 @@ def _markup(text: str) -> list[str]:
     out = []
     for role, body in ROLE.findall(text):
         target = re.search(r"<([^<>]+)>\s*$", body)
-        out.append(f"{{{role}}}<{target.group(1)}>" if target else f"{{{role}}}`{body}`")
+        if target or role in XREF:  # {term}`word` and {term}`词 <word>` point at the same entry
+            out.append(f"{{{role}}}<{target.group(1) if target else body}>")
+        else:
+            out.append(f"{{{role}}}`{body}`")
     stripped = ROLE.sub("", text)
     out += [f"`{c}`" for c in CODE.findall(stripped)] + MATH.findall(stripped) + LINK.findall(stripped)
     return sorted(out)
