@@ -19,7 +19,7 @@
   }
 
   function twin() {
-    var tag = document.querySelector("script[data-content_root]");
+    var tag = document.querySelector("[data-content_root]");
     if (!tag) return null;
     var root = new URL(tag.getAttribute("data-content_root"), window.location.href).href;
     var here = window.location.href;
