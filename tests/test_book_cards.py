@@ -66,7 +66,7 @@ def test_the_cards_page_holds_every_card_in_both_languages(cards_page):
     for card in cards_page:
         en, zh = card["sides"]
         assert (en["lang"], zh["lang"]) == ("en", "zh-Hans")
-        assert en["shown"] and not zh["shown"], card["id"]  # English first; the button shows the Chinese
+        assert en["shown"] and not zh["shown"], card["id"]  # English first (the browser asks for English)
         assert cards.words(en["answer"]) <= cards.MAX_WORDS, (card["id"], cards.words(en["answer"]))
         assert 0 < cards.han(zh["answer"]) <= cards.MAX_HAN, (card["id"], cards.han(zh["answer"]))
         assert cards.han(zh["title"]) > 0 and cards.han(en["answer"]) == 0
@@ -78,16 +78,38 @@ def test_the_cards_page_holds_every_card_in_both_languages(cards_page):
             assert Path(page.removeprefix("file://")).is_file() and anchor, href
 
 
-def test_the_language_buttons_switch_the_card(book_html, browser):  # noqa: F811
-    open_page(browser, book_html, "cards")
-    browser.find_element("css selector", 'label[for="pk-card-m044-zh"]').click()
-    shown = browser.execute_script(
-        "return [...document.querySelectorAll('#card-m044 .pk-card-side')]"
-        ".map(s => getComputedStyle(s).display !== 'none')")
-    assert shown == [False, True]
-    text = browser.execute_script("return document.querySelector('#card-m044 .pk-card-side[lang=\"zh-Hans\"]')"
-                                  ".innerText")
-    assert "30 秒回答" in text and "得分点" in text
+SHOWN = r"""
+return [...document.querySelectorAll('div.pk-card')].map(c => [...c.querySelectorAll('.pk-card-side')]
+  .filter(s => getComputedStyle(s).display !== 'none').map(s => s.getAttribute('lang')).join()
+  + (c.querySelector('input:checked') || {className: 'none'}).className.replace('pk-card-', ' checked '));
+"""
+
+
+def test_the_language_is_one_for_the_whole_book_and_remembered(book_html, browser):  # noqa: F811
+    """One click on a card's 中文 shows every card in Chinese, on this page and on every page opened later (the
+    choice is kept in localStorage, from file:// too), the clicked card staying where it was; English likewise."""
+    try:
+        open_page(browser, book_html, "cards")
+        label = browser.find_element("css selector", 'label[for="pk-card-m051-zh"]')
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", label)
+        top = browser.execute_script("return arguments[0].getBoundingClientRect().top", label)
+        label.click()
+        assert set(browser.execute_script(SHOWN)) == {"zh-Hans checked zh"}
+        after = browser.execute_async_script("const done = arguments[arguments.length - 1];"
+                                             "document.fonts.ready.then(() => requestAnimationFrame(() => "
+                                             "done(arguments[0].getBoundingClientRect().top)));", label)
+        assert abs(after - top) < 2, (top, after)
+        text = browser.execute_script("return document.querySelector('#card-m044').innerText")
+        assert "30 秒回答" in text and "得分点" in text and "In 30 seconds" not in text
+
+        chapter = cards.load("m044").data["chapter"]
+        browser.get((book_html / f"{chapter}.html").as_uri())  # another page, and another folder
+        assert set(browser.execute_script(SHOWN)) == {"zh-Hans checked zh"}
+        browser.find_element("css selector", 'label[for="pk-card-m044-en"]').click()
+        browser.get((book_html / "cards.html").as_uri())
+        assert set(browser.execute_script(SHOWN)) == {"en checked en"}
+    finally:
+        browser.execute_script("localStorage.clear()")
 
 
 def test_each_chapter_opens_with_its_cards(book_html, browser):  # noqa: F811

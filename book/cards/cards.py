@@ -198,10 +198,12 @@ def _href(base: str, labels: dict, label: str) -> str:
 
 
 def card_html(card: Card, base: str, labels: dict) -> str:
-    """One card, both languages in the page; the two radio buttons show one or the other (no script needed)."""
+    """One card, both languages in the page; the two radio buttons show one or the other (no script needed), and
+    _static/pk-lang.js makes them the book's one language switch.  Each button's name is in its own language."""
     q = card.question
     toggles = "".join(f'<input type="radio" class="pk-card-{lang}" name="pk-card-{q}" id="pk-card-{q}-{lang}"'
-                      f'{" checked" if lang == "en" else ""}><label for="pk-card-{q}-{lang}">{LANGS[lang][0]}</label>'
+                      f'{" checked" if lang == "en" else ""}><label for="pk-card-{q}-{lang}" lang="{LANGS[lang][1]}">'
+                      f'{LANGS[lang][0]}</label>'
                       for lang in LANGS)
     return (f'<div class="pk-card" id="card-{q}" data-question="{q}">{toggles}'
             + "".join(_side(card, lang, base, labels) for lang in LANGS) + "</div>")
