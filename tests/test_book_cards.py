@@ -112,6 +112,20 @@ def test_the_language_is_one_for_the_whole_book_and_remembered(book_html, browse
         browser.execute_script("localStorage.clear()")
 
 
+def test_chinese_labels_take_full_width_punctuation():
+    """The card's Chinese -- the labels the kit adds ("本书的看法：", "延伸阅读：", a number's "：") and the words --
+    has no ASCII colon, comma or semicolon after a Chinese character."""
+    labels = cards.book_labels()
+    for q in cards.ORDER:
+        html = cards.card_html(cards.load(q), "../", labels)
+        zh = BeautifulSoup(html, "html.parser").select_one('.pk-card-side[lang="zh-Hans"]')
+        assert zh.select_one(".pk-card-more").get_text().startswith("延伸阅读：")
+        assert all(b.get_text() == "本书的看法：" for b in zh.select(".pk-card-note b"))
+        assert all("：" in li.get_text() for li in zh.select(".pk-card-numbers li"))
+        ascii_after_chinese = re.findall(r".{0,12}[\u3400-\u9fff）」』”][:;,!?]\s", zh.get_text())
+        assert ascii_after_chinese == [], (q, ascii_after_chinese)
+
+
 def test_each_chapter_opens_with_its_cards(book_html, browser):  # noqa: F811
     for q in cards.ORDER:
         chapter = cards.load(q).data["chapter"]
