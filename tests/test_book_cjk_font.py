@@ -28,6 +28,8 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from test_book_cards import LANGUAGE_KEY
+
 from headless_chromium import chromium_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +39,6 @@ _spec.loader.exec_module(pk_cjk_font)
 
 CJK = re.compile(f"[{pk_cjk_font.HAN}{pk_cjk_font.CJK_MARKS}]")
 FAMILY = "PK Noto Sans CJK SC"  # the CSS name (pk-book.css); the font's own name is Noto Sans CJK SC
-LANGUAGE_KEY = "pipeline-kit.card-language"  # pk-lang.js
 PHOTOGRAPHED = ("m044", "m051", "m054")
 
 # Every element in Chinese inside arguments[0] that is shown and holds text of its own, marked for the DevTools

@@ -133,37 +133,42 @@ class ChineseText(HTMLParser):
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.stack: list[tuple[str, bool]] = []  # (tag, in Chinese)
+        self.tags: list[str] = []  # the open elements
+        self.chinese: list[bool] = []  # whether each is in Chinese
         self.chars: set[str] = set()
 
     def handle_starttag(self, tag, attrs):
         if tag in self.VOID:
             return
         lang = dict(attrs).get("lang")
-        inherited = self.stack[-1][1] if self.stack else False
-        self.stack.append((tag, lang.lower().startswith("zh") if lang is not None else inherited))
+        self.chinese.append(lang.lower().startswith("zh") if lang is not None else bool(self.chinese)
+                            and self.chinese[-1])
+        self.tags.append(tag)
 
     def handle_endtag(self, tag):
-        if any(t == tag for t, _ in self.stack):
-            while self.stack.pop()[0] != tag:
-                pass
+        if tag in self.tags:
+            while self.tags.pop() != tag:
+                self.chinese.pop()
+            self.chinese.pop()
 
     def handle_data(self, data):
-        if self.stack and self.stack[-1][0] in self.HIDDEN:
+        if not self.tags or self.tags[-1] in self.HIDDEN:
             return
-        if self.stack and self.stack[-1][1]:
-            self.chars.update(c for c in data if c.isprintable())
+        if self.chinese[-1]:
+            self.chars.update(data)
         else:
             self.chars.update(_CJK_CHAR.findall(data))
 
 
 def characters_shown(outdir: Path) -> set[str]:
-    chars = set(CJK_PUNCTUATION)
+    chars = set()
     for page in outdir.rglob("*.html"):
-        parser = ChineseText()
-        parser.feed(page.read_text(encoding="utf-8"))
-        chars |= parser.chars
-    return chars
+        html = page.read_text(encoding="utf-8")
+        if 'lang="zh' in html or _CJK_CHAR.search(html):  # (most reference pages have none: not parsed)
+            parser = ChineseText()
+            parser.feed(html)
+            chars |= parser.chars
+    return {c for c in chars if c.isprintable()} | set(CJK_PUNCTUATION)  # (less line breaks and tabs)
 
 
 # -- the subsets ------------------------------------------------------------------------------------------------
