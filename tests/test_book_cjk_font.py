@@ -104,15 +104,17 @@ def test_the_book_ships_a_subset_of_the_font_with_its_licence(book_html, shipped
 
 
 def _fontconfig_without_cjk(folder: Path) -> Path:
-    """A fontconfig configuration: the system's, less every font that holds 一 (U+4E00)."""
+    """A fontconfig configuration: the one in force (the system's, or FONTCONFIG_FILE's), less every font that
+    holds 一 (U+4E00)."""
     if not shutil.which("fc-list"):
         pytest.skip("fc-list (fontconfig) is not installed: cannot hide the system's CJK fonts")
     listed = subprocess.run(["fc-list", "--format", "%{file}\n", ":charset=4e00"], capture_output=True, text=True,
                             check=True).stdout.split()
+    base = os.environ.get("FONTCONFIG_FILE", "/etc/fonts/fonts.conf")
     rejected = "".join(f"<glob>{html.escape(path)}</glob>" for path in sorted(set(listed)))
     conf = folder / "fonts.conf"
     conf.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd"><fontconfig>'
-                    '<include ignore_missing="yes">/etc/fonts/fonts.conf</include>'
+                    f'<include ignore_missing="yes">{html.escape(base)}</include>'
                     f'<cachedir>{html.escape(str(folder / "cache"))}</cachedir>'
                     f'<selectfont><rejectfont>{rejected}</rejectfont></selectfont></fontconfig>', encoding="utf-8")
     env = {**os.environ, "FONTCONFIG_FILE": str(conf)}
