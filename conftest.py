@@ -5,10 +5,13 @@ stay together under ``pytest -n`` (one kernel runs them in order) and count as s
 ``tests/conftest.py``.
 """
 
+import os
 import re
 from pathlib import Path
 
 import pytest
+
+from pipeline_kit.launch import REPLAY_ENV
 
 # The inner loop's subset is ``pytest -m "not slow"`` (the README's quick test command).  A test is slow when it
 # starts what takes seconds: a sandboxed grade, a kernel, torchrun, a browser, the book, a solution under nbval,
@@ -23,6 +26,10 @@ SLOW_FILES = {
     "test_figures_shown.py",
 }
 QUICK_LIMIT_S = 3.0
+# A solution's torchrun jobs replay the lab tests' recordings (tests/data/torchrun) where one is current, as the lab
+# tests do: nbval checks the notebook runs and prints what it printed; the jobs themselves are tested for real in
+# test_runtime_torchrun.py and friends.  Its kernel starts in its first cell's setup and inherits this.
+RECORDINGS = Path(__file__).resolve().parent / "tests" / "data" / "torchrun"
 _over_quick_limit: list[tuple[float, str]] = []
 
 
@@ -64,6 +71,21 @@ if LoadScopeScheduling is not None:
 def pytest_runtest_logreport(report):
     if report.when == "call" and report.duration > QUICK_LIMIT_S and "slow" not in report.keywords:
         _over_quick_limit.append((report.duration, report.nodeid))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if Path(str(item.fspath)).suffix == ".ipynb" and REPLAY_ENV not in os.environ:
+        os.environ[REPLAY_ENV] = str(RECORDINGS)
+        item.stash[_replay_set] = True
+
+
+def pytest_runtest_teardown(item):
+    if item.stash.get(_replay_set, False):
+        os.environ.pop(REPLAY_ENV, None)
+
+
+_replay_set = pytest.StashKey[bool]()
 
 
 def pytest_collection_modifyitems(items):

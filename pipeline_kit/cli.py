@@ -47,7 +47,7 @@ from .schedules import (
     validate,
 )
 from .sim import CostError, Costs, simulate
-from .sim.costs import scaled_by_stage
+from .sim.costs import scale_costs
 
 
 # -- schedule options shared by `schedule` and `simulate` ---------------------------------------
@@ -88,14 +88,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def costs_from_args(args: argparse.Namespace, sched: Schedule) -> Costs:
-    fwd, bwd, wgrad = args.fwd, args.bwd, args.wgrad
-    if args.stage_costs is not None:
-        try:
-            fwd, bwd = (scaled_by_stage(x, args.stage_costs, sched.pp, sched.chunks) for x in (fwd, bwd))
-            if wgrad is not None:
-                wgrad = scaled_by_stage(wgrad, args.stage_costs, sched.pp, sched.chunks)
-        except CostError as exc:
-            raise UsageError(f"argument --stage-costs: {exc}") from None
+    try:
+        fwd, bwd, wgrad = scale_costs(args.fwd, args.bwd, args.wgrad, args.stage_costs, args.stage_bwd_costs,
+                                      sched.pp, sched.chunks)
+    except CostError as exc:
+        raise UsageError(str(exc)) from None
     return Costs(fwd=fwd, bwd=bwd, wgrad=wgrad, p2p_latency=args.p2p_latency, p2p_bytes=args.p2p_bytes,
                  bandwidth=args.bandwidth, activation_bytes=args.activation_bytes)
 
@@ -113,6 +110,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"(fwd={args.fwd:g} bwd={args.bwd:g}"
           + (f" wgrad={args.wgrad:g}" if args.wgrad is not None else "")
           + (f" stage-costs={','.join(f'{x:g}' for x in args.stage_costs)}" if args.stage_costs else "")
+          + (f" stage-bwd-costs={','.join(f'{x:g}' for x in args.stage_bwd_costs)}" if args.stage_bwd_costs else "")
           + f" p2p-latency={args.p2p_latency:g})")
     v = sched.chunks
     print(f"{'rank':>4}  {'busy':>10}  {'idle':>10}  {'idle %':>7}  {'peak act (rank shares)':>22}")
@@ -147,6 +145,9 @@ def add_simulate_args(p: argparse.ArgumentParser, required: bool = True) -> None
                         "dualpipev); default bwd/2")
     p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
                    help="relative cost factor per rank (pp values) or per virtual stage (pp*chunks values)")
+    p.add_argument("--stage-bwd-costs", type=float_list, default=None, metavar="a,b,...",
+                   help="the backward's (and W's) own factors, same rule, for measured stages whose backward is "
+                        "not one multiple of their forward (default: --stage-costs)")
     p.add_argument("--p2p-latency", type=non_negative_float, default=0.0, help="time of each P2P transfer (default 0)")
     p.add_argument("--p2p-bytes", type=non_negative_float, default=0.0,
                    help="bytes per boundary transfer (needs --bandwidth)")

@@ -47,6 +47,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--seq-len", type=MODEL_DIM, default=32, help="sequence length s")
     p.add_argument("--micro-batch-size", type=MODEL_DIM, default=2, help="sequences per microbatch b")
     p.add_argument("--vocab", type=MODEL_DIM, default=256, help="vocabulary size V")
+    p.add_argument("--ffn-hidden", type=MODEL_DIM, default=None, help="the MLP's width (default 4 x hidden)")
     p.add_argument("--tie-embeddings", action="store_true", help="share the input embedding and the output layer")
     p.add_argument("--layout", metavar="LAYOUT",
                    help="Megatron-style layout, e.g. 'Et*3|t*2|t*2|tL': stage k on rank k %% pp, chunk k // pp "
@@ -63,6 +64,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--stage-costs", type=float_list, default=None, metavar="a,b,...",
                    help="with --synthetic-compute: a factor per rank (pp values) or per virtual stage (pp*chunks), "
                         "as simulate's --stage-costs")
+    p.add_argument("--stage-bwd-costs", type=float_list, default=None, metavar="a,b,...",
+                   help="with --stage-costs: the backward's own factors, as simulate's --stage-bwd-costs")
     p.add_argument("--trace", metavar="FILE", help="write every op's and P2P wait's start/end (last step) as JSON")
     p.add_argument("--json", metavar="FILE", help="write the run's summary as JSON")
     p.add_argument("--p2p-timeout", type=timeout_seconds, default=60.0, metavar="S",
@@ -171,14 +174,16 @@ def main(argv=None) -> int:
         return usage("argument --synthetic-compute: expected F_MS,B_MS or F_MS,B_MS,W_MS")
     if synthetic is not None and len(synthetic) == 3 and synthetic[2] > synthetic[1]:
         return usage("argument --synthetic-compute: W_MS is part of B_MS and cannot exceed it")
+    if args.stage_bwd_costs is not None and args.stage_costs is None:
+        return usage("argument --stage-bwd-costs: it goes with --stage-costs (the forward's factors); add it")
     if args.stage_costs is not None:
-        from .sim.costs import CostError, scaled_by_stage
+        from .sim.costs import CostError, scale_costs
         if synthetic is None:
             return usage("argument --stage-costs: it scales --synthetic-compute's times; add --synthetic-compute")
         try:
-            scaled_by_stage(1.0, args.stage_costs, world, schedule.chunks)
+            scale_costs(1.0, 1.0, None, args.stage_costs, args.stage_bwd_costs, world, schedule.chunks)
         except CostError as exc:
-            return usage(f"argument --stage-costs: {exc}")
+            return usage(str(exc))
     if synthetic is not None and args.check_grads:
         return usage("--check-grads needs real compute; drop --synthetic-compute")
     if args.hidden % args.heads:
@@ -282,7 +287,7 @@ def _model_spec(args):
     from .layout import ModelSpec
     return ModelSpec(vocab=args.vocab, seq_len=args.seq_len, hidden=args.hidden, heads=args.heads, layers=args.layers,
                      tie_embeddings=args.tie_embeddings, micro_batch_size=args.micro_batch_size, dtype_bytes=4,
-                     seed=args.seed)
+                     seed=args.seed, ffn_hidden=args.ffn_hidden or 0)
 
 
 def _default_layout(cfg, schedule):
@@ -353,11 +358,10 @@ class _SyntheticJob:
     def __init__(self, args, env, schedule):
         from .runtime.compute import SyntheticCompute
         from .sim import Costs
-        from .sim.costs import scaled_by_stage
+        from .sim.costs import scale_costs
         f_ms, b_ms, *w_ms = args.synthetic_compute
-        times = [f_ms / 1000, b_ms / 1000, (w_ms[0] if w_ms else b_ms / 2) / 1000]
-        if args.stage_costs is not None:  # simulate's --stage-costs rule: a factor per rank or per virtual stage
-            times = [scaled_by_stage(t, args.stage_costs, schedule.pp, schedule.chunks) for t in times]
+        times = scale_costs(f_ms / 1000, b_ms / 1000, (w_ms[0] if w_ms else b_ms / 2) / 1000, args.stage_costs,
+                            args.stage_bwd_costs, schedule.pp, schedule.chunks)  # simulate's rule
         # the simulator's cost convention: a rank's whole share, 1/v per chunk
         self.costs = Costs(fwd=times[0], bwd=times[1], wgrad=times[2])
         self.compute = SyntheticCompute(self.costs.resolve(schedule.pp, schedule.chunks, schedule.placement),

@@ -18,7 +18,9 @@ class ChromiumUnavailable(RuntimeError):
     """Selenium, Chromium or chromedriver is not installed."""
 
 
-def chromium_driver():
+def chromium_driver(env: dict | None = None):
+    """``env``: the environment of chromedriver and so of Chromium (``FONTCONFIG_FILE``, say); this process's if
+    None."""
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
@@ -36,7 +38,7 @@ def chromium_driver():
     profile = tempfile.mkdtemp(prefix="pk-chromium-")
     opts.add_argument(f"--user-data-dir={profile}")
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, for driver.get_log("browser")
-    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    driver = webdriver.Chrome(service=Service(driver_path, env=env), options=opts)
     quit_ = driver.quit
 
     def quit_and_clean():
@@ -49,10 +51,10 @@ def chromium_driver():
     return driver
 
 
-def chromium_or_skip():
+def chromium_or_skip(env: dict | None = None):
     """:func:`chromium_driver` for a test: without Chromium the test is skipped with the reason, in one line."""
     try:
-        return chromium_driver()
+        return chromium_driver(env)
     except ChromiumUnavailable as exc:
         import pytest  # here, not at the top: the benchmarks use this module without pytest
         pytest.skip(str(exc))

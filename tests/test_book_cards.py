@@ -66,7 +66,7 @@ def test_the_cards_page_holds_every_card_in_both_languages(cards_page):
     for card in cards_page:
         en, zh = card["sides"]
         assert (en["lang"], zh["lang"]) == ("en", "zh-Hans")
-        assert en["shown"] and not zh["shown"], card["id"]  # English first; the button shows the Chinese
+        assert en["shown"] and not zh["shown"], card["id"]  # English first (the browser asks for English)
         assert cards.words(en["answer"]) <= cards.MAX_WORDS, (card["id"], cards.words(en["answer"]))
         assert 0 < cards.han(zh["answer"]) <= cards.MAX_HAN, (card["id"], cards.han(zh["answer"]))
         assert cards.han(zh["title"]) > 0 and cards.han(en["answer"]) == 0
@@ -78,16 +78,53 @@ def test_the_cards_page_holds_every_card_in_both_languages(cards_page):
             assert Path(page.removeprefix("file://")).is_file() and anchor, href
 
 
-def test_the_language_buttons_switch_the_card(book_html, browser):  # noqa: F811
-    open_page(browser, book_html, "cards")
-    browser.find_element("css selector", 'label[for="pk-card-m044-zh"]').click()
-    shown = browser.execute_script(
-        "return [...document.querySelectorAll('#card-m044 .pk-card-side')]"
-        ".map(s => getComputedStyle(s).display !== 'none')")
-    assert shown == [False, True]
-    text = browser.execute_script("return document.querySelector('#card-m044 .pk-card-side[lang=\"zh-Hans\"]')"
-                                  ".innerText")
-    assert "30 秒回答" in text and "得分点" in text
+LANGUAGE_KEY = "pipeline-kit.card-language"  # where _static/pk-lang.js keeps the book's language
+SHOWN = r"""
+return [...document.querySelectorAll('div.pk-card')].map(c => [...c.querySelectorAll('.pk-card-side')]
+  .filter(s => getComputedStyle(s).display !== 'none').map(s => s.getAttribute('lang')).join()
+  + (c.querySelector('input:checked') || {className: 'none'}).className.replace('pk-card-', ' checked '));
+"""
+
+
+def test_the_language_is_one_for_the_whole_book_and_remembered(book_html, browser):  # noqa: F811
+    """One click on a card's 中文 shows every card in Chinese, on this page and on every page opened later (the
+    choice is kept in localStorage, from file:// too), the clicked card staying where it was; English likewise."""
+    try:
+        browser.get((book_html / "cards.html").as_uri())
+        label = browser.find_element("css selector", 'label[for="pk-card-m051-zh"]')
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", label)
+        top = browser.execute_script("return arguments[0].getBoundingClientRect().top", label)
+        label.click()
+        assert set(browser.execute_script(SHOWN)) == {"zh-Hans checked zh"}
+        after = browser.execute_async_script("const done = arguments[arguments.length - 1];"
+                                             "document.fonts.ready.then(() => requestAnimationFrame(() => "
+                                             "done(arguments[0].getBoundingClientRect().top)));", label)
+        assert abs(after - top) < 2, (top, after)
+        text = browser.execute_script("return document.querySelector('#card-m044').innerText")
+        assert "30 秒回答" in text and "得分点" in text and "In 30 seconds" not in text
+
+        chapter = cards.load("m054").data["chapter"]  # the lightest page with a card
+        browser.get((book_html / f"{chapter}.html").as_uri())  # another page, and another folder
+        assert set(browser.execute_script(SHOWN)) == {"zh-Hans checked zh"}
+        browser.find_element("css selector", 'label[for="pk-card-m054-en"]').click()
+        assert set(browser.execute_script(SHOWN)) == {"en checked en"}
+        assert browser.execute_script(f"return localStorage.getItem('{LANGUAGE_KEY}')") == "en"
+    finally:
+        browser.execute_script("localStorage.clear()")
+
+
+def test_chinese_labels_take_full_width_punctuation():
+    """The card's Chinese -- the labels the kit adds ("本书的看法：", "延伸阅读：", a number's "：") and the words --
+    has no ASCII colon, comma or semicolon after a Chinese character."""
+    labels = cards.book_labels()
+    for q in cards.ORDER:
+        html = cards.card_html(cards.load(q), "../", labels)
+        zh = BeautifulSoup(html, "html.parser").select_one('.pk-card-side[lang="zh-Hans"]')
+        assert zh.select_one(".pk-card-more").get_text().startswith("延伸阅读：")
+        assert all(b.get_text() == "本书的看法：" for b in zh.select(".pk-card-note b"))
+        assert all("：" in li.get_text() for li in zh.select(".pk-card-numbers li"))
+        ascii_after_chinese = re.findall(r".{0,12}[\u3400-\u9fff）」』”][:;,!?]\s", zh.get_text())
+        assert ascii_after_chinese == [], (q, ascii_after_chinese)
 
 
 def test_each_chapter_opens_with_its_cards(book_html, browser):  # noqa: F811

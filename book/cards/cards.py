@@ -155,9 +155,9 @@ LANGS = {"en": ("English", "en"), "zh": ("中文", "zh-Hans")}
 WORDING = {
     "en": {"card": "30-second card", "answer": "In 30 seconds", "rubric": "What earns the points",
            "main": "main question", "follow": "follow-up", "numbers": "Numbers to remember", "more": "Read more",
-           "note": "The book's view"},
+           "note": "The book's view", "colon": ": "},
     "zh": {"card": "30 秒卡片", "answer": "30 秒回答", "rubric": "得分点", "main": "主问题", "follow": "追问",
-           "numbers": "要记住的数字", "more": "延伸阅读", "note": "本书的看法"},
+           "numbers": "要记住的数字", "more": "延伸阅读", "note": "本书的看法", "colon": "："},  # full-width, no space
 }
 
 
@@ -174,12 +174,12 @@ def _side(card: Card, lang: str, base: str, labels: dict) -> str:
                     f'<th class="pk-card-pts">{sum(i["points"] for i in items):g}</th></tr>')
         for item in items:
             note = item.get("note")
-            shown = (f'<div class="pk-card-note"><b>{escape(w["note"])}:</b> '
+            shown = (f'<div class="pk-card-note"><b>{escape(w["note"])}{w["colon"]}</b>'
                      f'{escape(tidy(fill(note[lang], card.values, card.question), lang))}</div>' if note else "")
             text = fill(item[lang], card.values, card.question)
             rows.append(f'<tr><td class="pk-card-box">☐</td><td>{escape(tidy(text, lang))}{shown}</td>'
                         f'<td class="pk-card-pts">{item["points"]:g}</td></tr>')
-    numbers = "".join(f'<li>{escape(tidy(n[lang], lang))}: '
+    numbers = "".join(f'<li>{escape(tidy(n[lang], lang))}{w["colon"]}'
                       f'<b>{escape(format(card.values[n["key"]], n.get("format", "")))}</b></li>' for n in d["numbers"])
     links = " · ".join(f'<a href="{_href(base, labels, k["target"])}">{escape(k[lang])}</a>' for k in d["links"])
     name, code = LANGS[lang]
@@ -190,7 +190,7 @@ def _side(card: Card, lang: str, base: str, labels: dict) -> str:
             f'<blockquote class="pk-card-answer">{escape(card.text("answer", lang))}</blockquote>'
             f'<p class="pk-card-head">{escape(w["rubric"])}</p><table class="pk-card-rubric">{"".join(rows)}</table>'
             f'<p class="pk-card-head">{escape(w["numbers"])}</p><ul class="pk-card-numbers">{numbers}</ul>'
-            f'<p class="pk-card-more">{escape(w["more"])}: {links}</p></div>')
+            f'<p class="pk-card-more">{escape(w["more"])}{w["colon"]}{links}</p></div>')
 
 
 def _href(base: str, labels: dict, label: str) -> str:
@@ -198,10 +198,12 @@ def _href(base: str, labels: dict, label: str) -> str:
 
 
 def card_html(card: Card, base: str, labels: dict) -> str:
-    """One card, both languages in the page; the two radio buttons show one or the other (no script needed)."""
+    """One card, both languages in the page; the two radio buttons show one or the other (no script needed), and
+    _static/pk-lang.js makes them the book's one language switch.  Each button's name is in its own language."""
     q = card.question
     toggles = "".join(f'<input type="radio" class="pk-card-{lang}" name="pk-card-{q}" id="pk-card-{q}-{lang}"'
-                      f'{" checked" if lang == "en" else ""}><label for="pk-card-{q}-{lang}">{LANGS[lang][0]}</label>'
+                      f'{" checked" if lang == "en" else ""}><label for="pk-card-{q}-{lang}" lang="{LANGS[lang][1]}">'
+                      f'{LANGS[lang][0]}</label>'
                       for lang in LANGS)
     return (f'<div class="pk-card" id="card-{q}" data-question="{q}">{toggles}'
             + "".join(_side(card, lang, base, labels) for lang in LANGS) + "</div>")

@@ -10,7 +10,7 @@ from ..limits import LimitError
 from ..schedules import ScheduleConfigError
 from .balance import balance, item_times_from_flops, plan_for
 from .costs import PRESETS, ModelSpec, boundary_bytes, format_table, load_model_spec, stage_costs
-from .measure import TraceError, format_services, item_times_from_trace, load_trace, predict_from_trace, service_times
+from .measure import TraceError, format_services, measured_items, predict_from_trace
 from .spec import LayoutError, even_layout, parse_layout, uneven_layout
 from .speedup import decompose_speedup, format_factors
 
@@ -82,24 +82,14 @@ def cmd_balance(args: argparse.Namespace) -> int:
     spec = _config(args.config)
     if args.trace:
         try:
-            trace = load_trace(args.trace)
-            if trace["layout"] is None and trace["layers"] is None:
-                raise TraceError("the trace has neither a 'layout' nor a 'layers' field, so its stages are unknown")
-            run_layout = parse_layout(trace["layout"] or str(even_layout(trace["layers"], trace["pp"])))
-            services = service_times(trace)
-            items = item_times_from_trace(services, run_layout)
+            trace, run_layout, services, items = measured_items(args.trace, spec.layers)
             prediction = predict_from_trace(trace)
         except (TraceError, LayoutError) as exc:
             raise UsageError(f"argument --trace: {exc}") from None
-        if items.layers != spec.layers:
-            raise UsageError(f"argument --trace: the traced run had {items.layers} layers but --config has "
-                             f"{spec.layers}")
         print(f"measured service times per stage (trace of {trace['schedule']}, layout {run_layout}):")
         print(format_services(services))
         print(f"simulated from these times: {prediction * 1e3:.1f} ms; measured makespan "
               f"{trace['makespan'] * 1e3:.1f} ms")
-        if not any(items.fwd + items.bwd):
-            raise UsageError("argument --trace: every op in the trace takes no time, so there is nothing to balance")
         items = items.scaled(1e3)
         source = "measured per-layer times"
     else:

@@ -14,6 +14,12 @@ Per item, for hidden ``h``, FFN width ``f h``, sequence ``s``, vocabulary ``V``,
 * activation bytes per microbatch of ``b`` sequences -- ``t``: ``s b h (34 + 5 a s / h)`` for 16-bit
   training (Korthikanti et al. 2022, no recomputation), scaled by ``dtype_bytes / 2``; ``E``: its
   output, ``s b h`` elements; ``L``: the fp32 logits ``s b V`` x 4 bytes plus its input.
+
+Those are the formulas of the kit's GPT (``f = 4``, full multi-head attention).  A model described as Megatron
+describes Llama-like ones -- ``ffn_hidden`` (``--ffn-hidden-size``, any width, not only a multiple of ``h``),
+``swiglu`` (a gated MLP: its first linear layer is twice as wide) and ``kv_heads`` (grouped-query attention,
+``--num-query-groups``: K and V are ``kv_heads / heads`` as wide as Q) -- changes each term through
+:func:`layer_shape`, and reduces to them for the kit's GPT.
 * one boundary transfer -- ``s b h`` elements x ``dtype_bytes`` (M046), once forward (activation)
   and once backward (its gradient) per microbatch.
 """
@@ -33,7 +39,8 @@ from .spec import Layout, LayoutError, StageSpec
 # (a stage may hold only E or only L); a --config file, a model to train, has one at least.
 MODEL_INTS = {"vocab": (1, "MAX_MODEL_DIM"), "seq_len": (1, "MAX_MODEL_DIM"), "hidden": (1, "MAX_MODEL_DIM"),
               "heads": (1, "MAX_MODEL_DIM"), "layers": (0, "MAX_LAYERS"), "ffn_mult": (1, "MAX_MODEL_DIM"),
-              "micro_batch_size": (1, "MAX_MODEL_DIM"), "dtype_bytes": (1, "MAX_MODEL_DIM"), "seed": (0, "MAX_SEED")}
+              "micro_batch_size": (1, "MAX_MODEL_DIM"), "dtype_bytes": (1, "MAX_MODEL_DIM"), "seed": (0, "MAX_SEED"),
+    "ffn_hidden": (0, "MAX_MODEL_DIM"), "kv_heads": (0, "MAX_MODEL_DIM")}
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,11 @@ class ModelSpec:
     The one model description of the kit: the runtime builds its GPT from it too
     (:mod:`pipeline_kit.runtime.model`, where ``GPTConfig`` makes one with the runtime's defaults).
     ``seed`` only matters there: it fixes the initial weights and the synthetic data.
+
+    The last three describe Llama-like models for the planner, with Megatron's meaning: ``ffn_hidden`` the MLP's
+    width (0: ``ffn_mult x hidden``; give one or the other), ``kv_heads`` the key/value heads of grouped-query
+    attention (0: as many as ``heads``), ``swiglu`` a gated MLP.  The runtime builds ``ffn_hidden``; it refuses the
+    other two (its GPT has full attention and a GELU MLP).
     """
 
     vocab: int = 256
@@ -55,12 +67,33 @@ class ModelSpec:
     micro_batch_size: int = 2
     dtype_bytes: int = 2
     seed: int = 1234
+    ffn_hidden: int = 0
+    kv_heads: int = 0
+    swiglu: bool = False
 
     def __post_init__(self) -> None:
         arg = Arguments("ModelSpec", LayoutError)
         for name, (low, limit) in MODEL_INTS.items():
             arg.integer(name, getattr(self, name), low, limit=limit)
         arg.boolean("tie_embeddings", self.tie_embeddings)
+        arg.boolean("swiglu", self.swiglu)
+        if self.ffn_hidden and self.ffn_mult != ModelSpec.ffn_mult:
+            arg.fail(f"give ffn_hidden ({self.ffn_hidden:,}) or ffn_mult ({self.ffn_mult}), not both: each sets the "
+                     "MLP's width")
+        if self.kv_heads and (self.heads % self.kv_heads or self.hidden % self.heads):
+            arg.fail(f"argument kv_heads: {self.kv_heads:,} key/value heads need heads ({self.heads:,}) a multiple "
+                     f"of them and hidden ({self.hidden:,}) a multiple of heads: each group of query heads shares "
+                     "one whole key/value head")
+
+    @property
+    def ffn(self) -> int:
+        """The MLP's width: ``ffn_hidden``, or ``ffn_mult x hidden``."""
+        return self.ffn_hidden or self.ffn_mult * self.hidden
+
+    @property
+    def query_groups(self) -> int:
+        """Key/value heads: ``kv_heads``, or ``heads`` (multi-head attention)."""
+        return self.kv_heads or self.heads
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,6 +126,11 @@ PRESETS: dict[str, tuple[ModelSpec, str]] = _Presets({
     "llama-70b-ish": (ModelSpec(vocab=32000, seq_len=4096, hidden=8192, heads=64, layers=80, micro_batch_size=1),
                       ("80 layers, hidden 8192, vocab 32000, seq 4096: Llama-2-70B's depth and width in the kit's GPT "
                        "(4h MLP, full attention; 65B parameters): the planning chapter's large model")),
+    "llama2-70b": (ModelSpec(vocab=32000, seq_len=4096, hidden=8192, heads=64, layers=80, micro_batch_size=1,
+                             ffn_hidden=28672, kv_heads=8, swiglu=True),
+                   ("Llama-2-70B's shape: 80 layers, hidden 8192, SwiGLU MLP of 28672, 64 heads with 8 key/value "
+                    "heads, vocab 32000, seq 4096 (69B parameters with the kit's biases and LayerNorms); for the "
+                    "planner (the runtime cannot build SwiGLU or grouped-query attention)")),
 })
 PRESET_ALIASES = {"seed-pp8": "bank-pp8"}  # old name -> preset: accepted everywhere, listed nowhere
 
@@ -116,10 +154,45 @@ def load_model_spec(name_or_file: str) -> ModelSpec:
         raise LayoutError(str(exc)) from None
 
 
+def unbuildable(cfg: ModelSpec) -> str | None:
+    """What of ``cfg`` the runtime's GPT cannot build (grouped-query attention, SwiGLU), in words; None if nothing."""
+    parts = ([f"grouped-query attention (kv_heads {cfg.kv_heads} of {cfg.heads} heads)"]
+             if cfg.kv_heads and cfg.kv_heads != cfg.heads else []) + (["a SwiGLU MLP"] if cfg.swiglu else [])
+    if not parts:
+        return None
+    return (f"the runtime's GPT has full multi-head attention and a GELU MLP: it cannot build {' or '.join(parts)} "
+            "(the planner and the layout tools count them; a run cannot)")
+
+
 # -- per item ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerShape:
+    """The widths of one decoder layer's linear layers: what every per-layer count is made of."""
+
+    hidden: int
+    qkv: int  # the QKV projection's output: Q (h) and K, V (kv_width each)
+    kv_width: int  # one of K or V: h for multi-head attention, kv_heads x head size for grouped-query attention
+    fc1: int  # the MLP's first linear layer's output: ffn, twice it with SwiGLU (gate and up)
+    ffn: int
+
+    @property
+    def linear_weights(self) -> int:
+        """Weights of QKV, the output projection and the MLP's two layers (no biases)."""
+        h = self.hidden
+        return h * self.qkv + h * h + h * self.fc1 + self.ffn * h
+
+
+def layer_shape(m: ModelSpec) -> LayerShape:
+    h = m.hidden
+    kv = h if not m.kv_heads else h // m.heads * m.kv_heads
+    return LayerShape(h, h + 2 * kv, kv, m.ffn * (2 if m.swiglu else 1), m.ffn)
+
+
 def layer_params(m: ModelSpec) -> int:
-    h, f = m.hidden, m.ffn_mult
-    return (4 + 2 * f) * h * h + (9 + f) * h
+    """Linear weights and biases (QKV, projection, fc1, fc2) and two LayerNorms: ``(4 + 2f) h^2 + (9 + f) h`` for
+    the kit's GPT."""
+    sh = layer_shape(m)
+    return sh.linear_weights + sh.qkv + sh.hidden + sh.fc1 + sh.hidden + 4 * sh.hidden
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -137,17 +210,31 @@ def model_params(m: ModelSpec) -> int:
 
 
 def layer_flops_per_token(m: ModelSpec) -> int:
-    h = m.hidden
-    return (8 + 4 * m.ffn_mult) * h * h + 4 * m.seq_len * h
+    """Two FLOPs per linear weight, and ``Q K^T`` and ``A V`` (``2 s h`` each): ``(8 + 4f) h^2 + 4 s h``."""
+    return 2 * layer_shape(m).linear_weights + 4 * m.seq_len * m.hidden
 
 
 def loss_flops_per_token(m: ModelSpec) -> int:
     return 2 * m.vocab * m.hidden
 
 
+def layer_activation_units(m: ModelSpec) -> float:
+    """What one decoder layer keeps for its backward, in ``s b h`` bytes at 16 bits, without the attention scores:
+    Korthikanti et al.'s tensors with this layer's widths -- two LayerNorm inputs (4); QKV's input, Q, K, V, the
+    projection's input and its dropout mask (``7 + 4 kv/h``: 11 for multi-head attention); the MLP's input, the
+    activation's input (``fc1``), the second layer's input (``ffn``) and a dropout mask (``3 + 2 (fc1 + ffn) / h``:
+    ``3 + 4f`` without gating).  ``18 + 4f`` for the kit's GPT, as Megatron-Core 0.19's
+    ``theoretical_memory_usage.py`` counts; that estimator leaves out grouped-query attention and SwiGLU's wider
+    ``fc1`` (its own TODO), which this counts."""
+    sh = layer_shape(m)
+    return 4 + 7 + 4 * sh.kv_width / sh.hidden + 3 + 2 * (sh.fc1 + sh.ffn) / sh.hidden
+
+
 def layer_activation_bytes(m: ModelSpec) -> float:
+    """Korthikanti et al.'s ``s b h (34 + 5 a s / h)`` (unfused attention, no recomputation) with this layer's
+    widths (:func:`layer_activation_units`)."""
     s, b, h, a = m.seq_len, m.micro_batch_size, m.hidden, m.heads
-    return s * b * h * (34 + 5 * a * s / h) * m.dtype_bytes / 2
+    return s * b * h * (layer_activation_units(m) + 5 * a * s / h) * m.dtype_bytes / 2
 
 
 def _model(func: str, m) -> ModelSpec:

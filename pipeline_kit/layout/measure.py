@@ -18,10 +18,10 @@ from ..schedules import ScheduleConfigError, build_schedule
 from ..sim import simulate
 from ..trace import StageService, TraceError, load_trace, service_times, stage_fwd_bwd
 from .balance import ItemTimes
-from .spec import Layout, LayoutError
+from .spec import Layout, LayoutError, even_layout, parse_layout
 
 __all__ = ["StageService", "TraceError", "check_rebuild_size", "format_services", "item_times_from_trace", "load_trace",
-           "predict_from_trace", "service_times", "simulate_from_trace", "stage_fwd_bwd"]
+           "measured_items", "predict_from_trace", "service_times", "simulate_from_trace", "stage_fwd_bwd"]
 
 
 def check_rebuild_size(trace: dict, limit: str = "MAX_OPS") -> None:
@@ -65,6 +65,23 @@ def format_services(services: list[StageService]) -> str:
         cells = " ".join(f"{s.p50(k) * 1e3:>9.2f} {s.p95(k) * 1e3:>9.2f}" for k in kinds)
         lines.append(f"{s.stage:>5} {cells} {s.p2p_wait * 1e3:>12.2f}")
     return "\n".join(lines)
+
+
+def measured_items(path: str, layers: int) -> tuple[dict, Layout, list[StageService], ItemTimes]:
+    """A ``--trace FILE``'s trace, its layout, its stages' service times and the per-item times fitted to them
+    (seconds), for a model of ``layers`` decoder layers -- what ``balance --trace`` and ``plan --trace`` read.
+    Raises :class:`TraceError` or :class:`LayoutError` saying what is wrong with the file."""
+    trace = load_trace(path)
+    if trace["layout"] is None and trace["layers"] is None:
+        raise TraceError("the trace has neither a 'layout' nor a 'layers' field, so its stages are unknown")
+    run_layout = parse_layout(trace["layout"] or str(even_layout(trace["layers"], trace["pp"])))
+    services = service_times(trace)
+    items = item_times_from_trace(services, run_layout)
+    if items.layers != layers:
+        raise TraceError(f"the traced run had {items.layers} layers but --config has {layers}")
+    if not any(items.fwd + items.bwd):
+        raise TraceError("every op in the trace takes no time, so there are no costs to take from it")
+    return trace, run_layout, services, items
 
 
 def item_times_from_trace(services: list[StageService], layout: Layout) -> ItemTimes:

@@ -16,6 +16,8 @@ from ..argtypes import UsageError, int_at_most, non_negative_float, positive_flo
 from ..inputs import check_output_path, strict_json
 from ..layout.costs import PRESETS, model_params
 from ..layout.commands import _config
+from ..layout.balance import ItemTimes
+from ..layout.measure import TraceError, measured_items
 from ..layout.spec import LayoutError
 from ..schedules import FAMILIES
 from .explain import explain
@@ -56,6 +58,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro-batch-size", type=COUNT, default=None,
                    help="sequences per microbatch (default: the model's)")
     p.add_argument("--tflops", type=positive_float, default=400.0, help="achieved TFLOP/s per GPU (default 400)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="per-layer times from a pipeline_kit.run --trace of this model (same micro-batch size) "
+                        "instead of FLOPs at --tflops")
     p.add_argument("--p2p-gbps", type=positive_float, default=50.0,
                    help="GB/s of a point-to-point link, also the data-parallel ring's (default 50)")
     p.add_argument("--p2p-latency-us", type=non_negative_float, default=10.0,
@@ -90,10 +95,25 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="with --verify: time compute by waits of the predicted per-stage times (the CPU default)")
 
 
+def measured_from_args(args: argparse.Namespace, spec) -> ItemTimes | None:
+    """``--trace``'s per-item seconds, checked against the plan: a trace times the runtime, which has no tensor
+    parallelism, so it cannot stand for ``--tp`` > 1."""
+    if not args.trace:
+        return None
+    if args.tp > 1:
+        raise UsageError(f"argument --trace: a trace times the kit's runtime, which has no tensor parallelism; it "
+                         f"cannot stand for --tp {args.tp} (plan with --tp 1, or without --trace)")
+    try:
+        return measured_items(args.trace, spec.layers)[3]
+    except (TraceError, LayoutError) as exc:
+        raise UsageError(f"argument --trace: {exc}") from None
+
+
 def search_from_args(args: argparse.Namespace) -> Search:
     spec = _config(args.config)
     if args.micro_batch_size is not None:
         spec = replace(spec, micro_batch_size=args.micro_batch_size)
+    measured = measured_from_args(args, spec)
     try:
         hw = Hardware(args.gpus, args.gpu_memory_gb * GB, args.tflops, args.p2p_gbps, args.p2p_latency_us,
                       args.tp_gbps)
@@ -101,12 +121,16 @@ def search_from_args(args: argparse.Namespace) -> Search:
                             args.overlap_grad_reduce, args.attention)
         return plan(spec, hw, training, args.global_batch, args.schedules, model_name=args.config,
                     progress=_progress if sys.stderr.isatty() else None, framework=args.framework,
-                    tolerance=args.tolerance)
+                    tolerance=args.tolerance, measured=measured, cost_source=_cost_source(args))
     except (PlanError, LayoutError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         if sys.stderr.isatty():
             print("\r\033[K", end="", file=sys.stderr)
+
+
+def _cost_source(args: argparse.Namespace) -> str:
+    return f"measured per-layer times from {args.trace}" if args.trace else f"FLOPs at {args.tflops:g} TFLOP/s"
 
 
 def _progress(done: int, total: int) -> None:
@@ -120,7 +144,8 @@ def report(search: Search, top: int) -> str:
     lines = [f"plan: {search.model_name} ({m.layers} layers, hidden {m.hidden}, vocab {m.vocab}, seq {m.seq_len}; "
              f"{params / 1e9:.2f}B parameters) on {hw.gpus} GPUs x {hw.gpu_memory_bytes / GB:g} GB",
              f"      global batch {search.global_batch} x {m.seq_len} tokens, micro-batch {m.micro_batch_size}; "
-             f"{tr.words()}; {hw.tflops:g} TFLOP/s achieved, P2P {hw.p2p_gbps:g} GB/s + {hw.p2p_latency_us:g} us",
+             f"{tr.words()}; compute from {search.cost_source}, P2P {hw.p2p_gbps:g} GB/s + "
+             f"{hw.p2p_latency_us:g} us",
              describe_search(search), ""]
     pick = search.best
     ranked = ([pick] if pick is not None else []) + [i for i in search.ranked if i != pick][:max(0, top - 1)]
@@ -174,6 +199,7 @@ def to_json(search: Search) -> dict:
             "hardware": {"tflops": search.hardware.tflops, "p2p_gbps": search.hardware.p2p_gbps,
                          "p2p_latency_us": search.hardware.p2p_latency_us, "tp_gbps": search.hardware.tp_gbps},
             "framework": search.framework, "tolerance": search.tolerance, "fastest": search.fastest,
+            "cost_source": search.cost_source,
             "ties": search.ties,
             "megatron_args": megatron_args(search.candidates[why.best], search) if why.best is not None else None,
             "torch_args": torch_args(search.candidates[why.best], search) if why.best is not None else None,
@@ -187,7 +213,7 @@ def cmd_plan(args: argparse.Namespace, save_plot) -> int:
     """The ``plan`` command; ``save_plot(search, path)`` draws ``--plot`` (the command line hands in the drawing
     layer's: the planner sits below the drawings and imports none of them)."""
     if args.plot:
-        check_output_path(args.plot, "argument --plot", inputs=[args.config])  # never the --config file it read
+        check_output_path(args.plot, "argument --plot", inputs=[args.config] + ([args.trace] if args.trace else []))
         if not args.plot.lower().endswith((".png", ".svg", ".pdf")):
             raise UsageError(f"argument --plot: {args.plot!r} should end in .png, .svg or .pdf")
     if args.synthetic_compute and not args.verify:
@@ -196,8 +222,11 @@ def cmd_plan(args: argparse.Namespace, save_plot) -> int:
     verified = None
     if args.verify:
         from .verify import verify  # torch and torchrun only when asked for
-        verified = verify(search, args.verify, synthetic=args.synthetic_compute or None,
-                          log=sys.stderr if args.json else sys.stdout)
+        try:
+            verified = verify(search, args.verify, synthetic=args.synthetic_compute or None,
+                              log=sys.stderr if args.json else sys.stdout)
+        except PlanError as exc:  # a model or plan the runtime would not run as planned: refused before any run
+            raise UsageError(str(exc)) from None
     if args.plot:
         try:
             save_plot(search, args.plot)

@@ -127,9 +127,12 @@ def _tie_sentence(search: Search, best: Candidate, mine: dict[str, float], parts
     if len(ties) < 2:
         return ""
     fastest = search.candidates[search.fastest]
-    text = (f"{len(ties)} candidates are within {100 * search.tolerance:g} % of the fastest, a tie for the "
-            "planner's estimates: it takes the simplest (fewer pipeline stages, one chunk a rank, a family more "
-            "frameworks run, less memory)")
+    depths = sorted({search.candidates[i].pp for i in ties})
+    families = list(dict.fromkeys(search.candidates[i].schedule for i in ties))
+    text = (f"{len(ties)} candidates are within {100 * search.tolerance:g} % of the fastest (pp "
+            f"{', '.join(map(str, depths))}; {', '.join(families)}), a tie for the planner's estimates: it takes "
+            "the simplest (fewer pipeline stages, one chunk a rank, a family more frameworks run, the framework's "
+            "own layer split, less memory)")
     if fastest is best:
         return text + ", and that is the fastest too."
     margin = best.step_time_s / fastest.step_time_s - 1

@@ -35,6 +35,13 @@ def unsupported(schedule: str) -> int:
     return sum(schedule not in families for name, families in FRAMEWORKS.items() if name != "any")
 
 
+def needs_layout(cand, layers: int) -> bool:
+    """Whether Megatron needs the layout written out (``--pipeline-model-parallel-layout``) for ``cand``: its own
+    even split needs the stages to divide the layers, and the candidate to use that split."""
+    stages = cand.pp * cand.chunks
+    return cand.layout is not None and (layers % stages != 0 or cand.layout != str(even_split(layers, stages)))
+
+
 def megatron_args(cand, search) -> list[str] | None:
     """The pick as Megatron-LM's flags (parallelism, batch, recomputation, optimizer, overlap); None for a family
     Megatron does not run.  The model's own flags (layers, hidden size, ...) are the user's already."""
@@ -44,8 +51,7 @@ def megatron_args(cand, search) -> list[str] | None:
     args = ["--tensor-model-parallel-size", str(tr.tp), "--pipeline-model-parallel-size", str(cand.pp)]
     if tr.tp > 1:
         args.append("--sequence-parallel")
-    stages = cand.pp * cand.chunks
-    if m.layers % stages or cand.layout != str(even_split(m.layers, stages)):  # Megatron's own split needs both
+    if needs_layout(cand, m.layers):
         args += ["--pipeline-model-parallel-layout", cand.layout]
     elif cand.chunks > 1:
         args += ["--num-virtual-stages-per-pipeline-rank", str(cand.chunks)]

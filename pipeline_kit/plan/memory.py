@@ -33,7 +33,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..arguments import Arguments
-from ..layout.costs import ModelSpec, boundary_bytes, layer_activation_bytes, stage_costs
+from ..layout.costs import (ModelSpec, boundary_bytes, layer_activation_bytes, layer_activation_units, layer_shape,
+                            stage_costs)
 from ..layout.spec import Layout, LayoutError
 from ..schedules.ops import Schedule, _stage_owner
 
@@ -104,18 +105,19 @@ def bytes_per_param(optimizer: str, dtype_bytes: int) -> int:
 
 def layer_activation_bytes_kept(m: ModelSpec, recompute: str = "none", attention: str = "fused") -> float:
     """Bytes one decoder layer keeps per microbatch for its backward (before the ``tp`` split): ``s b h (18 + 4 f)``
-    at 16 bits, ``f`` the MLP's width over ``h`` -- Megatron-Core 0.19's own estimate
+    at 16 bits for the kit's GPT, ``f`` the MLP's width over ``h`` -- Megatron-Core 0.19's own estimate
     (``theoretical_memory_usage.py``, Korthikanti et al.'s Table 2 with the MLP's width), which is ``34 s b h`` for
-    ``f = 4``; unfused attention without recomputation adds the ``5 a s / h`` score term (Korthikanti's
-    ``s b h (34 + 5 a s / h)``, :func:`~pipeline_kit.layout.costs.layer_activation_bytes`); full recomputation keeps
-    the layer's input alone, ``s b h`` elements."""
+    ``f = 4``; grouped-query attention and SwiGLU change it (:func:`~pipeline_kit.layout.costs.layer_activation_units`).
+    Unfused attention without recomputation adds the ``5 a s / h`` score term
+    (Korthikanti's ``s b h (34 + 5 a s / h)``, :func:`~pipeline_kit.layout.costs.layer_activation_bytes`); full
+    recomputation keeps the layer's input alone, ``s b h`` elements."""
     arg = Arguments("layer_activation_bytes_kept")
     arg.text("recompute", recompute, RECOMPUTE)
     arg.text("attention", attention, ATTENTION)
     sbh = m.seq_len * m.micro_batch_size * m.hidden
     if recompute == "full":
         return sbh * m.dtype_bytes
-    kept = sbh * (18 + 4 * m.ffn_mult) * m.dtype_bytes / 2
+    kept = sbh * layer_activation_units(m) * m.dtype_bytes / 2
     if attention == "unfused" and recompute == "none":
         kept += sbh * 5 * m.heads * m.seq_len / m.hidden * m.dtype_bytes / 2
     return kept
@@ -136,14 +138,15 @@ def w_input_bytes(m: ModelSpec, layers: int, loss: bool) -> float:
     """What a stage's ``W`` needs of its activations (Qi et al.'s zero-bubble paper: the linear layers' inputs),
     per microbatch: per decoder layer the inputs of QKV, of the projection and of the two MLP layers, ``(3 + f)
     s b h`` elements, and the output layer's input on L.  ``I`` frees the rest of the stage's activations."""
-    sbh = m.seq_len * m.micro_batch_size * m.hidden
-    return (layers * (3 + m.ffn_mult) + (1 if loss else 0)) * sbh * m.dtype_bytes
+    tokens = m.seq_len * m.micro_batch_size
+    return (layers * (3 * m.hidden + m.ffn) + (m.hidden if loss else 0)) * tokens * m.dtype_bytes
 
 
 def wgrad_kept_bytes(m: ModelSpec, layers: int, embedding: bool, loss: bool) -> float:
     """Bytes a stage keeps from a microbatch's ``I`` to its ``W``: the output gradients its weight gradients need."""
     tokens = m.seq_len * m.micro_batch_size
-    out = layers * (5 + m.ffn_mult) * tokens * m.hidden * m.dtype_bytes
+    sh = layer_shape(m)  # the outputs of QKV, the projection, fc1 and fc2: (5 + f) h for the kit's GPT
+    out = layers * (sh.qkv + sh.hidden + sh.fc1 + sh.hidden) * tokens * m.dtype_bytes
     if embedding:
         out += tokens * m.hidden * m.dtype_bytes
     if loss:

@@ -23,7 +23,7 @@ from ..layout.spec import Layout, LayoutError
 from ..limits import MAX_RANKS, LimitError, check_at_most, ops_per_microbatch_stage
 from ..schedules import FAMILIES, ScheduleConfigError, build_schedule
 from ..sim import simulate
-from .frameworks import FRAMEWORKS, unsupported
+from .frameworks import FRAMEWORKS, needs_layout, unsupported
 from .memory import RankMemory, Training, rank_memory
 
 V_CHOICES = (2, 3, 4, 6, 8)  # chunks per rank tried for the families that take any number
@@ -93,7 +93,8 @@ class Candidate:
     busy_s: list[float] = field(default_factory=list)  # per rank, from the simulation
     p2p_time_s: float = 0.0  # one transfer: latency + bytes / bandwidth
     p2p_bytes: int = 0
-    bwd_ratio: int = 2  # every stage's backward over its forward (3 with full recomputation)
+    bwd_ratio: int | None = 2  # every stage's backward over its forward (3 with full recomputation); None for
+                               # measured stage times (plan --trace), which are not one multiple of each other
     refusal: str | None = None  # "batch", "family", "layout", "memory", "size": why_not's kind
 
     @property
@@ -125,7 +126,8 @@ class Candidate:
 
         ``--stage-costs`` takes one factor per virtual stage, scaled by ``1/v`` (the simulator's convention that a
         rank-level cost is split over its chunks), so ``--fwd v --bwd 2v`` makes each factor the stage's time (``3v``
-        with full recomputation).
+        with full recomputation).  Measured stage times (``plan --trace``) give the backward its own factors,
+        ``--bwd v --stage-bwd-costs``.
         """
         if self.pipeline_time_s is None:
             return []
@@ -133,8 +135,10 @@ class Candidate:
         args = ["--schedule", self.schedule, "--pp", str(self.pp), "--microbatches", str(self.microbatches)]
         if FAMILIES[self.schedule].chunks != "one":
             args += ["--chunks", str(v)]
-        args += ["--fwd", str(v), "--bwd", str(self.bwd_ratio * v),
+        args += ["--fwd", str(v), "--bwd", str((self.bwd_ratio or 1) * v),
                  "--stage-costs", ",".join(repr(f) for f in self.stage_fwd_s)]
+        if self.bwd_ratio is None:  # measured: each stage's backward as its own factor
+            args += ["--stage-bwd-costs", ",".join(repr(b) for b in self.stage_bwd_s)]
         if self.pp > 1:
             args += ["--p2p-latency", repr(self.p2p_time_s)]
         return args
@@ -151,10 +155,12 @@ class Candidate:
         }
 
 
-def simplicity(cand: Candidate) -> tuple:
+def simplicity(cand: Candidate, layers: int) -> tuple:
     """How simple a design is to run, smaller first: pipeline stages, chunks, the frameworks that cannot run its
-    family, then memory and step time (what a tie is decided by)."""
-    return (cand.pp, cand.chunks, unsupported(cand.schedule), cand.worst_memory_bytes, cand.step_time_s)
+    family, a layout the framework's own even split gives (no layout to write out), then memory and step time
+    (what a tie is decided by)."""
+    return (cand.pp, cand.chunks, unsupported(cand.schedule), needs_layout(cand, layers), cand.worst_memory_bytes,
+            cand.step_time_s)
 
 
 @dataclass
@@ -170,6 +176,7 @@ class Search:
     seconds: float
     tolerance: float = TOLERANCE
     framework: str = "any"
+    cost_source: str = "FLOPs"  # where the compute times came from: FLOPs at a rate, or a trace
 
     @property
     def ranked(self) -> list[int]:
@@ -204,10 +211,10 @@ class Search:
 
     @property
     def best(self) -> int | None:
-        """The pick: of the :attr:`ties`, the simplest design -- fewer pipeline stages, then one chunk per rank,
-        then a family more frameworks run, then less memory, then the faster."""
+        """The pick: of the :attr:`ties`, the simplest design (:func:`simplicity`) -- fewer pipeline stages, then one
+        chunk per rank, then a family more frameworks run, then Megatron's own split, then less memory."""
         ties = self.ties
-        return min(ties, key=lambda i: (*simplicity(self.candidates[i]), i)) if ties else None
+        return min(ties, key=lambda i: (*simplicity(self.candidates[i], self.model.layers), i)) if ties else None
 
     def within(self, gpu_memory_bytes: float | None = None, schedules=None) -> Search:
         """The same search under a smaller memory budget and/or fewer families, without building or simulating
@@ -248,7 +255,7 @@ def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch
     if m.hidden % m.heads:  # (the layout and memory sums need no whole head; a model to train does)
         arg.fail(f"argument m: hidden {m.hidden:,} is not a multiple of heads ({m.heads:,}): each attention head "
                  "takes an equal share of the hidden size")
-    for what, size in (("attention heads", m.heads), ("hidden size", m.hidden)):
+    for what, size in (("attention heads", m.heads), ("hidden size", m.hidden), ("key/value heads", m.query_groups)):
         if size % training.tp:  # Megatron asserts both: each tensor-parallel rank takes a whole share
             arg.fail(f"argument training: tp={training.tp} does not divide the model's {what} ({size:,}): each "
                      "tensor-parallel rank holds a whole share of the heads and of the hidden dimension")
@@ -293,15 +300,19 @@ def _count_ops(m: ModelSpec, ranks: int, global_batch: int, families: list[str])
 
 def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_batch: int | None = None,
          schedules=None, model_name: str = "model", progress=None, framework: str = "any",
-         tolerance: float = TOLERANCE) -> Search:
+         tolerance: float = TOLERANCE, measured: ItemTimes | None = None, cost_source: str | None = None) -> Search:
     """Enumerate, size and simulate every candidate of the families ``framework`` runs; ``progress(done,
-    total)`` is called as it goes; step times within ``tolerance`` of the fastest tie (:attr:`Search.best`)."""
+    total)`` is called as it goes; step times within ``tolerance`` of the fastest tie (:attr:`Search.best`).
+    ``measured``: per-item seconds from a real run's trace (``plan --trace``) in place of the FLOPs estimate."""
     training = Training() if training is None else training
     global_batch, families = check_plan_args(m, hw, training, global_batch, schedules, framework)
     arg = Arguments("plan", PlanError)
     arg.text("model_name", model_name)
     arg.function("progress", progress, none=True)
     arg.number("tolerance", tolerance)
+    arg.instance("measured", measured, ItemTimes, "an ItemTimes (item_times_from_trace)", none=True)
+    if measured is not None and measured.layers != m.layers:
+        arg.fail(f"argument measured: times for {measured.layers} layers but the model has {m.layers}")
     if not 0 <= tolerance < 1:
         arg.refuse("tolerance", "a fraction from 0 up to 1 (0.02 is 2 %)", tolerance)
     ranks = hw.gpus // training.tp
@@ -313,7 +324,7 @@ def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_ba
         raise PlanError(f"{exc}; try fewer --schedules, a smaller --global-batch or a larger --micro-batch-size") \
             from None
     start = time.perf_counter()
-    items = item_times(m, hw, training)
+    items = item_times(m, hw, training, measured)
     p2p_bytes = boundary_bytes(m) // training.tp  # sequence parallelism sends each tp rank its share
     p2p_time = hw.p2p_seconds(p2p_bytes)
     shapes = list(_shapes(m, ranks, families))
@@ -322,19 +333,25 @@ def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_ba
         out.extend(_evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes))
         if progress is not None:
             progress(done + 1, len(shapes))
-    return Search(m, model_name, hw, training, global_batch, out, time.perf_counter() - start, tolerance, framework)
+    source = cost_source or ("measured per-layer times" if measured else f"FLOPs at {hw.tflops:g} TFLOP/s")
+    return Search(m, model_name, hw, training, global_batch, out, time.perf_counter() - start, tolerance, framework,
+                  source)
 
 
-def item_times(m: ModelSpec, hw: Hardware, training: Training) -> ItemTimes:
-    """Seconds per microbatch of each item (E, the layers, L): its FLOPs at ``tflops`` on each of ``tp`` GPUs,
+def item_times(m: ModelSpec, hw: Hardware, training: Training, measured: ItemTimes | None = None) -> ItemTimes:
+    """Seconds per microbatch of each item (E, the layers, L): ``measured`` ones (a trace's, taken as they are,
+    with the extra forward of full recomputation), or its FLOPs at ``tflops`` on each of ``tp`` GPUs,
     plus each decoder layer's tensor-parallel collectives (:func:`tp_seconds`), charged as compute is: twice in
     the backward (which runs the same four collectives: an upper bound that keeps every backward twice its
     forward, so ``simulate_args`` still reproduces the step); full recomputation adds a forward to every
     backward (the output layer's too: an upper bound)."""
-    items = item_times_from_flops(m, hw.tflops * training.tp)
-    comm = tp_seconds(m, hw, training.tp)
-    fwd = tuple(f + (comm if 0 < k <= m.layers else 0.0) for k, f in enumerate(items.fwd))
-    bwd = tuple(b + (2 * comm if 0 < k <= m.layers else 0.0) for k, b in enumerate(items.bwd))
+    if measured is not None:
+        fwd, bwd = measured.fwd, measured.bwd
+    else:
+        items = item_times_from_flops(m, hw.tflops * training.tp)
+        comm = tp_seconds(m, hw, training.tp)
+        fwd = tuple(f + (comm if 0 < k <= m.layers else 0.0) for k, f in enumerate(items.fwd))
+        bwd = tuple(b + (2 * comm if 0 < k <= m.layers else 0.0) for k, b in enumerate(items.bwd))
     if training.recompute == "full":
         bwd = tuple(b + f for f, b in zip(fwd, bwd))
     return ItemTimes(fwd, bwd)
@@ -464,7 +481,9 @@ def predict(cand: Candidate, m, hw, training, global_batch, items, layout, sched
     """Fill in ``cand``'s step time, bubble and busy times by simulating ``layout`` under ``sched`` -- lab 10's
     grader predicts a student's own layout with it, so a grade and the planner never disagree."""
     fwd, bwd = stage_times(items, layout)
-    cand.stage_fwd_s, cand.stage_bwd_s, cand.bwd_ratio = fwd, bwd, bwd_ratio(training)
+    ratio = bwd_ratio(training)
+    cand.stage_fwd_s, cand.stage_bwd_s = fwd, bwd
+    cand.bwd_ratio = ratio if all(b == ratio * f for f, b in zip(fwd, bwd)) else None  # (None: measured times)
     res = simulate(sched, fwd=fwd, bwd=bwd, p2p_latency=cand.p2p_time_s if sched.pp > 1 else 0)
     cand.pipeline_time_s = res.makespan
     cand.bubble_fraction = res.bubble_fraction

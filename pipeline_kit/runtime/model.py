@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layout.costs import ModelSpec
+from ..layout.costs import ModelSpec, unbuildable
 from ..layout.spec import Layout, StageSpec
 
 
@@ -35,13 +35,17 @@ def GPTConfig(**fields) -> ModelSpec:  # noqa: N802 - a constructor under its ol
 
 
 def check_runnable(cfg: ModelSpec) -> ModelSpec:
-    """Raise ValueError unless the runtime can build ``cfg``: positive sizes, ``hidden`` divisible by ``heads``."""
+    """Raise ValueError unless the runtime can build ``cfg``: positive sizes, ``hidden`` divisible by ``heads``, and
+    the GPT it has -- full multi-head attention and a GELU MLP (of any width)."""
     for name in ("vocab", "seq_len", "hidden", "heads", "layers", "ffn_mult"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"model {name} must be a positive integer, got {value!r}")
     if cfg.hidden % cfg.heads:
         raise ValueError(f"model hidden ({cfg.hidden}) must be divisible by heads ({cfg.heads})")
+    unsupported = unbuildable(cfg)
+    if unsupported:
+        raise ValueError(unsupported)
     return cfg
 
 
@@ -94,8 +98,8 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelSpec):
         super().__init__()
-        self.fc = nn.Linear(cfg.hidden, cfg.ffn_mult * cfg.hidden)
-        self.out = nn.Linear(cfg.ffn_mult * cfg.hidden, cfg.hidden)
+        self.fc = nn.Linear(cfg.hidden, cfg.ffn)
+        self.out = nn.Linear(cfg.ffn, cfg.hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out(F.gelu(self.fc(x)))

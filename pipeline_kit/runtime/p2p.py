@@ -14,14 +14,17 @@ directions join the same two ranks:
    sequence of messages each neighbour will send it (:func:`~pipeline_kit.schedules.messages.message_plan`,
    the kit's one message rule).  Receives are posted in that order -- all of a step's at its start
    when buffers live in host memory (:meth:`P2P.post_ahead`), else up to the one the next op
-   needs; each carries its sequence number as tag, so a skipped message is reported as itself, not
-   as the one after it.
+   needs.  On gloo each message also carries its sequence number as tag, so a skipped message is
+   reported as itself, not as the one after it.  On NCCL the order alone pairs them, as in Megatron
+   (whose ``p2p_communication.py`` passes no tag): torch documents that ``tag`` is not supported with
+   NCCL (the docstrings of ``send``, ``recv``, ``isend`` and ``irecv``), so none is passed there.
 3. **Buffers live until delivered.**  A gloo send completes only when the receiver posts the
    matching receive, and its ``Work`` cannot be polled; a helper thread waits on each send so the
    sender never blocks, and drops the buffer the moment it is delivered.
 
 Every wait has a deadline (``timeout_s``).  When it passes, :class:`P2PTimeout` names the rank,
-peer, microbatch, chunk, direction, expected shape and how many messages went each way.
+peer, microbatch, chunk, direction, expected shape and how many messages went each way -- on either
+backend; on NCCL it adds that the missing message may be an earlier one on the link.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class P2P:
         self.timeout_s, self.verbose = timeout_s, verbose
         self.send_shapes, self.via_host = send_shapes, via_host
         self.nccl = dist.get_backend() == "nccl" and not via_host
+        self.tagged = not self.nccl  # gloo matches a receive to its send by tag; torch: not with NCCL
         # post a whole step's receives at its start: only where buffers are host memory (see post_ahead)
         self.receive_early = not self.nccl and not send_shapes
         self.plan = message_plan(schedule)
@@ -119,15 +123,15 @@ class P2P:
         if self.via_host:
             payload = payload.cpu()
         self._log(f"send {msg.direction:<8} mb={msg.microbatch} stage {msg.src_stage}->{msg.dst_stage} to rank {dst} "
-                  f"shape={tuple(payload.shape)} tag={tag}")
+                  f"shape={tuple(payload.shape)} " + (f"tag={tag}" if self.tagged else f"#{tag} (NCCL: by order)"))
         group = self.groups[ch]
         if self.send_shapes:
             meta = torch.tensor([payload.dim(), *payload.shape, *[0] * (4 - payload.dim())], dtype=torch.int64)
             meta = meta.to(payload.device)
-            self._deliveries.add(dist.isend(meta, dst, group=group, tag=2 * tag), meta,
+            self._deliveries.add(self._post(dist.isend, meta, dst, group, 2 * tag), meta,
                                  lambda: self._send_desc(msg, dst, "shape message of the "))
             tag = 2 * tag + 1
-        work = dist.isend(payload, dst, group=group, tag=tag)
+        work = self._post(dist.isend, payload, dst, group, tag)
         self.sent[dst] = self.sent.get(dst, 0) + 1
         self._deliveries.add(work, payload, lambda: self._send_desc(msg, dst))
 
@@ -189,13 +193,21 @@ class P2P:
         shape = self.shape
         if self.send_shapes:
             meta = torch.zeros(5, dtype=torch.int64, device=where)
-            self._wait(dist.irecv(meta, ch[0], group=group, tag=2 * tag),
+            self._wait(self._post(dist.irecv, meta, ch[0], group, 2 * tag),
                        lambda: self._recv_desc(msg, ch[0], "shape message of the "))
             ndim = int(meta[0])
             shape = tuple(int(d) for d in meta[1:1 + ndim])
             tag = 2 * tag + 1
         buf = torch.empty(shape, dtype=self.dtype, device=where)
-        return dist.irecv(buf, ch[0], group=group, tag=tag), buf
+        return self._post(dist.irecv, buf, ch[0], group, tag), buf
+
+    def _post(self, op, tensor: torch.Tensor, peer: int, group, seq: int):
+        """Post ``op`` (``dist.isend`` or ``dist.irecv``) on a channel; ``seq``, the transfer's position on its
+        channel, goes as the tag on gloo only (see rule 2 of the module docstring): on NCCL the channel's order is
+        what pairs a receive with its send, and no tag is passed."""
+        if self.tagged:
+            return op(tensor, peer, group=group, tag=seq)
+        return op(tensor, peer, group=group)
 
     # -- step boundaries ----------------------------------------------------------------------
     def waits_since(self, t0: float, log: list) -> None:
@@ -249,7 +261,10 @@ class P2P:
         return (f"rank {self.rank} timed out after {self.timeout_s:g} s waiting to receive the {prefix}"
                 f"{msg.what(self.pp, self.placement)} from rank {src}; expected shape {self.shape} "
                 f"{str(self.dtype).replace('torch.', '')}; "
-                f"{self._counts(src)}")
+                f"{self._counts(src)}"
+                + ("" if self.tagged else "; NCCL pairs the messages of a link by order alone, so the missing "
+                   "message may be an earlier one on this link, whose successors filled the buffers before this "
+                   "one (compare the counts on both ends)"))
 
     def _send_desc(self, msg: Message, dst: int, prefix: str = "") -> str:
         return (f"rank {self.rank} timed out after {self.timeout_s:g} s waiting for rank {dst} to receive the "
@@ -280,11 +295,13 @@ def measure_latency(p2p: P2P, rounds: int = 20) -> float:
                 t0 = time.perf_counter()  # after two warm-up rounds
             tag = 1_000_000 + i
             if me == 0:
-                sends.append(dist.isend(buf, peer, group=out_group, tag=tag))
-                p2p._wait(dist.irecv(buf, peer, group=in_group, tag=tag), lambda: "latency probe: no reply from rank 1")
+                sends.append(p2p._post(dist.isend, buf, peer, out_group, tag))
+                p2p._wait(p2p._post(dist.irecv, buf, peer, in_group, tag),
+                          lambda: "latency probe: no reply from rank 1")
             else:
-                p2p._wait(dist.irecv(buf, peer, group=in_group, tag=tag), lambda: "latency probe: nothing from rank 0")
-                sends.append(dist.isend(buf, peer, group=out_group, tag=tag))
+                p2p._wait(p2p._post(dist.irecv, buf, peer, in_group, tag),
+                          lambda: "latency probe: nothing from rank 0")
+                sends.append(p2p._post(dist.isend, buf, peer, out_group, tag))
         result[0] = (time.perf_counter() - t0) / (2 * rounds)
         for work in sends:
             p2p._wait(work, lambda: "latency probe: a send was never received")

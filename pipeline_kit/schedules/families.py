@@ -35,7 +35,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("gpipe", "one", "looped", "ScheduleGPipe", "nothing"),
     Family("1f1b", "one", "looped", "Schedule1F1B", "nothing"),
     Family("interleaved", "any", "looped", "ScheduleInterleaved1F1B",
-           "v >= 2 chunks, pp >= 2; M a multiple of pp (Megatron)"),
+           "v >= 2 chunks, pp >= 2; Megatron: M a multiple of pp with its default group size"),
     Family("zb-h1", "one", "looped", None, "split backward (I, W)"),
     Family("looped-bfs", "any", "looped", "ScheduleLoopedBFS", "v chunks; any M"),
     Family("interleaved-zb", "any", "looped", "ScheduleInterleavedZeroBubble",

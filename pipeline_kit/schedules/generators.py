@@ -184,15 +184,16 @@ def interleaved(
 
 
 def zb_h1(pp: int, microbatches: int, forward_only: bool = False) -> Schedule:
-    """ZB-H1, the memory-neutral zero-bubble schedule of Qi et al. (2023).
+    """ZB-H1, the zero-bubble schedule of Qi et al. (2023) that keeps 1F1B's peak count of live microbatches.
 
     Backward is split into ``I`` (gradient w.r.t. the stage input -- on the critical path, sent
     upstream at once) and ``W`` (gradient w.r.t. the weights -- needed only by the optimizer).
     Rank ``r`` follows the paper's steady-state triple ``(F x, I x-(pp-1-r), W x-(pp-1))``:
     forwards and input-grads run exactly as in 1F1B, while weight-grads trail by ``r`` slots and
     fill the holes 1F1B leaves in the cooldown.  No rank ever holds more than ``pp`` microbatches
-    (rank 0's 1F1B peak), so peak activation memory equals 1F1B's, and with F = I = W the bubble
-    is about a third of 1F1B's.
+    (rank 0's 1F1B peak), so its peak in microbatches equals 1F1B's -- in bytes only where the stages keep
+    equal bytes per microbatch (:func:`pipeline_kit.plan.rank_memory` counts them) -- and with F = I = W the
+    bubble is about a third of 1F1B's.
     """
     check_sizes(pp, microbatches, name="zb-h1", forward_only=forward_only)
     if forward_only:

@@ -95,6 +95,22 @@ def scaled_by_stage(value: float, factors: Sequence[float], pp: int, chunks: int
     return [value * scale * f for f in factors]
 
 
+def scale_costs(fwd, bwd, wgrad, stage_costs, stage_bwd_costs, pp: int, chunks: int) -> tuple:
+    """``(fwd, bwd, wgrad)`` scaled per stage: the forward by ``--stage-costs``, the backward and W by
+    ``--stage-bwd-costs`` (for measured stages whose backward is not one multiple of their forward), else by
+    ``--stage-costs`` too; ``None`` factors leave a time as it is, ``wgrad`` None stays None.  The one rule of
+    ``simulate`` and ``pipeline_kit.run``; a wrong count raises :class:`CostError` naming the argument."""
+    back = ("--stage-costs", stage_costs) if stage_bwd_costs is None else ("--stage-bwd-costs", stage_bwd_costs)
+    out = [fwd, bwd, wgrad]
+    for k, (name, factors) in enumerate((("--stage-costs", stage_costs), back, back)):
+        if factors is not None and out[k] is not None:
+            try:
+                out[k] = scaled_by_stage(out[k], factors, pp, chunks)
+            except CostError as exc:
+                raise CostError(f"argument {name}: {exc}") from None
+    return tuple(out)
+
+
 @dataclass
 class Costs:
     """Inputs of the simulator.  Times are in any unit you like (the CLI says "time units").

@@ -197,7 +197,7 @@ def kit_line(rank, peer, msg, pp, shape, dtype, received, sent, began, timeout_s
     """A timeout line exactly as the runtime prints it, from the runtime's own formatter."""
     from ...runtime.p2p import P2P
     ns = SimpleNamespace(rank=rank, timeout_s=timeout_s, pp=pp, placement="looped", shape=shape, dtype=dtype,
-                         received={peer: received}, sent={peer: sent})
+                         received={peer: received}, sent={peer: sent}, tagged=True)  # the lab's runs: gloo, tagged
     ns._counts = lambda p: P2P._counts(ns, p)
     return f"[rank {rank}] P2P TIMEOUT: {P2P._recv_desc(ns, msg, peer)} (the wait began {began:.3f} s into the step)"
 
