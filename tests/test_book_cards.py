@@ -78,7 +78,7 @@ def test_the_cards_page_holds_every_card_in_both_languages(cards_page):
             assert Path(page.removeprefix("file://")).is_file() and anchor, href
 
 
-LANGUAGE_KEY = "pipeline-kit.card-language"  # where _static/pk-lang.js keeps the book's language
+LANGUAGE_KEY = "pipeline-kit.language"  # where _static/pk-lang.js keeps the book's language
 SHOWN = r"""
 return [...document.querySelectorAll('div.pk-card')].map(c => [...c.querySelectorAll('.pk-card-side')]
   .filter(s => getComputedStyle(s).display !== 'none').map(s => s.getAttribute('lang')).join()

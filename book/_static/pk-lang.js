@@ -12,7 +12,7 @@
  */
 (function () {
   "use strict";
-  var KEY = "pipeline-kit.card-language";
+  var KEY = "pipeline-kit.language";
   var LANGS = ["en", "zh"];
 
   function stored() {
