@@ -89,7 +89,8 @@ class Candidate:
 
     @property
     def simulated(self) -> bool:
-        """True once the step is predicted; a candidate that fits and is not is :attr:`bounded`."""
+        """True once the step is predicted; a candidate that fits and is not is ``bounded`` (a large search's:
+        :attr:`Search.bounded`)."""
         return self.pipeline_time_s is not None
 
     @property

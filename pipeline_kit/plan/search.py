@@ -105,7 +105,7 @@ class Search:
         simulated: a candidate's prediction does not depend on the budget, only whether it fits does.  Equal,
         candidate for candidate, to :func:`plan` asked with that budget and those ``schedules`` (tested), and
         thousands of times faster -- what re-planning one model at several budgets needs.  (Where a large search
-        left candidates bounded and the smaller budget drops the fastest, :func:`settle` simulates the ones that
+        left candidates bounded and the smaller budget drops the fastest, ``settle`` simulates the ones that
         could now tie.)"""
         budget = self.hardware.gpu_memory_bytes if gpu_memory_bytes is None else gpu_memory_bytes
         arg = Arguments("Search.within", PlanError)
@@ -167,8 +167,8 @@ def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_ba
          tolerance: float = TOLERANCE, simulate_all: bool | None = None) -> Search:
     """Enumerate and size every candidate of the families ``framework`` runs, and simulate what fits (all of it
     when the search builds at most ``SIMULATE_ALL_OPS`` ops, or ``simulate_all`` is True; else what
-    :func:`settle` needs); ``progress(done, total)`` is called as it goes; step times within ``tolerance`` of
-    the fastest tie (:attr:`Search.best`)."""
+    ``pipeline_kit.plan.search.settle`` needs); ``progress(done, total)`` is called as it goes; step times within
+    ``tolerance`` of the fastest tie (:attr:`Search.best`)."""
     training = Training() if training is None else training
     global_batch, families = check_plan_args(m, hw, training, global_batch, schedules, framework)
     arg = Arguments("plan", PlanError)
