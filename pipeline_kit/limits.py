@@ -20,7 +20,10 @@ MAX_CHUNKS = 128  # model chunks per rank (the virtual pipeline size v)
 MAX_MICROBATCHES = 1_000_000  # microbatches per step
 MAX_GPUS = 1_048_576  # GPUs a plan is made for (the planner tries every pp that divides them)
 MAX_VERIFY_RUNS = 8  # candidates `plan --verify K` runs for real, one torchrun job each
-MAX_PLAN_OPS = 3_000_000  # ops one plan builds, sizes and simulates over all its candidates (about 20 s on 2 cores)
+MAX_PLAN_OPS = 6_000_000  # ops in the schedules one plan builds and sizes, over all its candidates; it simulates
+#                           every one that fits below 500,000 ops, above only those that could tie (a 145.6B model
+#                           on 1,536 GPUs at a global batch of 4,608: 5.3M ops, 5.5 s on 2 cores; ~30 s at worst,
+#                           when every candidate fits and has to be simulated)
 MAX_OPS = 2_000_000  # ops in one schedule, all ranks together (the simulator does 262,144 in ~1.7 s)
 MAX_LAYERS = 1024  # decoder layers of a model config or layout (the exact balancer is quadratic in them)
 MAX_MODEL_DIM = 2**31 - 1  # any other model size: hidden, vocab, sequence length, heads, ...

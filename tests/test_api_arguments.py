@@ -41,6 +41,7 @@ RESULT = simulate(SCHED)
 TRACE = trace.from_sim(RESULT)
 TIMELINE = Timeline.from_sim(RESULT)
 LAYOUT = parse_layout("Et|tL")
+MEGATRON = layout.megatron_layout("E||t|L", pp=2, num_layers=1)
 SPEC = ModelSpec(layers=2)
 ITEMS = ItemTimes.uniform(2)
 SERVICES = trace.service_times(TRACE)
@@ -132,6 +133,9 @@ CALLS = [
     ("even_split", layout.even_split, dict(layers=4, stages=2), {}),
     ("item_times_from_flops", layout.item_times_from_flops, dict(spec=SPEC, tflops=100.0), {}),
     ("load_model_spec", layout.load_model_spec, dict(name_or_file="tiny"), {"name_or_file": ("--config",)}),
+    ("megatron_layout", layout.megatron_layout, dict(text="E||t|L", pp=2, num_layers=1, mtp_num_layers=0),
+     {"text": ("stage", "layout", "layer")}),
+    ("MegatronLayout.rank_stages", MEGATRON.rank_stages, dict(rank=0), {}),
     ("p2p_volume", layout.p2p_volume, dict(layout=LAYOUT, m=SPEC, microbatches=4), {}),
     ("parse_layout", parse_layout, dict(text="Et|tL", pp=None, layers=None),
      {"text": ("position", "layout", "stage")}),
@@ -186,7 +190,7 @@ BY_NAME = {name: (fn, good, aliases) for name, fn, good, aliases in CALLS}
 RECORDS = {  # plain records, built in hot loops (an Op per microbatch and stage): their readers check them (their
     #         methods are listed in CALLS)
     "Op", "Dep", "Message", "Family", "Event", "Transfer", "Wait", "StageCosts", "SimResult", "Factor", "Plan",
-    "StageCost", "Balance",
+    "StageCost", "Balance", "MegatronLayout",
 }
 ERRORS = {"OpParseError", "ScheduleConfigError", "ScheduleError", "ScheduleTextError", "CostError", "LayoutError",
           "TraceError"}

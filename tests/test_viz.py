@@ -314,11 +314,11 @@ def test_plan_plot_counts_every_candidate_once_as_its_legend_does():
     """The title's counts add up to every candidate, and its "too big" is the legend's crosses."""
     from pipeline_kit.viz.plan import plan_plot
     for search, title in (
-            (_plan(), "28 candidates fit, 83 too big, 5 refused by the family"),
-            (_plan(gb=0.7, batch=12), "0 candidates fit, 60 too big, 32 refused by the batch or the family"),
-            (_plan(gb=1.0, batch=12), "1 candidate fits, 59 too big, 32 refused by the batch or the family"),
-            (_plan(gpus=2, gb=2, schedules=["interleaved"]), "9 candidates fit, 1 too big, 5 refused by the family"),
-            (_plan(gb=80), "111 candidates fit, 5 refused by the family")):
+            (_plan(), "24 candidates fit, 65 too big, 4 refused by the family"),
+            (_plan(gb=0.7, batch=12), "0 candidates fit, 48 too big, 26 refused by the batch or the family"),
+            (_plan(gb=1.0, batch=12), "1 candidate fits, 47 too big, 26 refused by the batch or the family"),
+            (_plan(gpus=2, gb=2, schedules=["interleaved"]), "5 candidates fit, 1 too big, 4 refused by the family"),
+            (_plan(gb=80), "89 candidates fit, 4 refused by the family")):
         ax = plan_plot(search).axes[0]
         assert ax.get_title() == f"bank-pp8 on {search.hardware.gpus} GPUs: {title}"
         numbers = [int(n) for n in re.findall(r"(\d+) (?:candidates? fits?|too big|refused)", title)]

@@ -1,8 +1,9 @@
 """Interview cards: one per question (M041-M054 and the zero-bubble extension), in English and Chinese.
 
 Why data files and not prose in the chapters: a card is rehearsed on its own, in either language, and it is
-checked -- the 30-second answer's budget (about 75 words, 160 Chinese characters), the rubric's points (10 for
-the main question, 5 for the follow-up, as the interview question bank scores them), every number computed by
+checked -- the 30-second answer's budget as SPOKEN (``speech.py``: 135 Chinese syllables at 4.5 a second, 75
+English words at 150 a minute, numbers, acronyms and formulas counted as they are said), the rubric's points (10
+for the main question, 5 for the follow-up, as the interview question bank scores them), every number computed by
 ``pipeline_kit`` when the book builds.  ``mNNN.yml`` holds a card's words, ``mNNN.py`` its numbers
 (``numbers() -> dict``); the answer and the notes name a number as ``{key}`` or ``{key:format}``.
 
@@ -23,10 +24,24 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ORDER = tuple(f"m{n:03d}" for n in range(41, 55)) + ("zbv",)
-MAX_WORDS, MAX_HAN = 75, 160
 PARTS = {"main": 10, "follow": 5}
-CJK_PUNCT = re.compile(r"\s*([，。；：、！？（）“”])\s*")
 CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def _module(name: str, path: Path):
+    """A module of this folder, loaded by path: cards.py is itself loaded by path (tests) or from sys.path (book)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (a dataclass looks its module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+speech = _module("pk_card_speech", HERE / "speech.py")
+glossary = _module("pk_card_glossary", HERE.parent / "_ext" / "pk_glossary.py")
+TERMS = glossary.load_terms(HERE.parent / "glossary.yml")
+MAX_WORDS, MAX_SYLLABLES = speech.MAX_EN_WORDS, speech.MAX_ZH_SYLLABLES
+spoken = speech.spoken
 
 
 @dataclass
@@ -41,8 +56,8 @@ class Card:
 
 
 def tidy(text: str, lang: str) -> str:
-    """Chinese text folded over several YAML lines loses the spaces the fold put next to its punctuation."""
-    return CJK_PUNCT.sub(r"\1", text) if lang == "zh" else text
+    """Chinese text folded over several YAML lines loses the spaces the fold put between its characters."""
+    return glossary.tidy_zh(text) if lang == "zh" else text
 
 
 def fill(text: str, values: dict, what: str) -> str:
@@ -57,22 +72,13 @@ def fill(text: str, values: dict, what: str) -> str:
     return "".join(out)
 
 
-def words(text: str) -> int:
-    """English words as a reader speaks them: a number or formula token counts as one."""
-    return len(re.findall(r"[A-Za-z0-9][\w'’./×%+−-]*", text))
-
-
 def han(text: str) -> int:
-    """Chinese characters (Latin words and numbers in a Chinese answer are not counted)."""
+    """Chinese characters: whether a text is Chinese at all (its length is :func:`spoken`'s)."""
     return len(CJK.findall(text))
 
 
 def _numbers(question: str) -> dict:
-    path = HERE / f"{question}.py"
-    spec = importlib.util.spec_from_file_location(f"pk_card_{question}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return dict(module.numbers())
+    return dict(_module(f"pk_card_{question}", HERE / f"{question}.py").numbers())
 
 
 def load(question: str) -> Card:
@@ -80,8 +86,28 @@ def load(question: str) -> Card:
     return Card(question, data, _numbers(question))
 
 
+def zh_texts(card: Card):
+    """``(where, text)`` for every Chinese text of a card, its numbers filled in: what a reader sees in 中文."""
+    d, q = card.data, card.question
+    for field in ("title", "answer"):
+        yield f"{field}.zh", card.text(field, "zh")
+    for i, item in enumerate(d.get("rubric") or []):
+        yield f"rubric[{i}].zh", fill(item["zh"], card.values, q)
+        if item.get("note"):
+            yield f"rubric[{i}].note.zh", fill(item["note"]["zh"], card.values, q)
+    for kind in ("numbers", "links"):
+        for i, item in enumerate(d.get(kind) or []):
+            yield f"{kind}[{i}].zh", item["zh"]
+
+
+def wording_problems(card: Card) -> list[str]:
+    """Chinese variants the glossary's term list says the cards avoid (one Chinese term per concept)."""
+    return [f"{card.question}: {where} says {variant!r}; the glossary's term is {term!r}"
+            for where, text in zh_texts(card) for variant, term in glossary.avoided(text, TERMS)]
+
+
 def problems(card: Card, labels: set[str] | None = None) -> list[str]:
-    """What is wrong with a card: missing fields, budgets, points, numbers, links."""
+    """What is wrong with a card: missing fields, budgets, points, numbers, links, wording."""
     q, d, out = card.question, card.data, []
     for field in ("title", "answer"):
         for lang in ("en", "zh"):
@@ -90,10 +116,10 @@ def problems(card: Card, labels: set[str] | None = None) -> list[str]:
     if out:
         return out
     en, zh = card.text("answer", "en"), card.text("answer", "zh")
-    if words(en) > MAX_WORDS:
-        out.append(f"{q}: the English answer has {words(en)} words (at most {MAX_WORDS})")
-    if han(zh) > MAX_HAN:
-        out.append(f"{q}: the Chinese answer has {han(zh)} Chinese characters (at most {MAX_HAN})")
+    if spoken(en, "en") > MAX_WORDS:
+        out.append(f"{q}: the English answer takes {spoken(en, 'en')} spoken words (at most {MAX_WORDS})")
+    if spoken(zh, "zh") > MAX_SYLLABLES:
+        out.append(f"{q}: the Chinese answer takes {spoken(zh, 'zh')} spoken syllables (at most {MAX_SYLLABLES})")
     if han(card.text("title", "zh")) == 0:
         out.append(f"{q}: title.zh has no Chinese")
     totals = {"main": 0.0, "follow": 0.0}
@@ -134,7 +160,7 @@ def problems(card: Card, labels: set[str] | None = None) -> list[str]:
             out.append(f"{q}: links[{i}] needs en and zh texts")
     if not d.get("links"):
         out.append(f"{q}: no links into the chapter")
-    return out
+    return out + wording_problems(card)
 
 
 def book_labels() -> dict[str, str]:
@@ -165,6 +191,12 @@ def _label(question: str) -> str:
     return "ZBV" if question == "zbv" else question.upper()
 
 
+def _inline(text: str) -> str:
+    """A card's text as HTML: escaped, and `name` in backquotes shown as code (the YAML writes names as the book's
+    Markdown does; a card is HTML, so nothing else would turn them into code)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+
+
 def _side(card: Card, lang: str, base: str, labels: dict) -> str:
     d, w = card.data, WORDING[lang]
     rows = []
@@ -175,19 +207,19 @@ def _side(card: Card, lang: str, base: str, labels: dict) -> str:
         for item in items:
             note = item.get("note")
             shown = (f'<div class="pk-card-note"><b>{escape(w["note"])}{w["colon"]}</b>'
-                     f'{escape(tidy(fill(note[lang], card.values, card.question), lang))}</div>' if note else "")
+                     f'{_inline(tidy(fill(note[lang], card.values, card.question), lang))}</div>' if note else "")
             text = fill(item[lang], card.values, card.question)
-            rows.append(f'<tr><td class="pk-card-box">☐</td><td>{escape(tidy(text, lang))}{shown}</td>'
+            rows.append(f'<tr><td class="pk-card-box">☐</td><td>{_inline(tidy(text, lang))}{shown}</td>'
                         f'<td class="pk-card-pts">{item["points"]:g}</td></tr>')
-    numbers = "".join(f'<li>{escape(tidy(n[lang], lang))}{w["colon"]}'
+    numbers = "".join(f'<li>{_inline(tidy(n[lang], lang))}{w["colon"]}'
                       f'<b>{escape(format(card.values[n["key"]], n.get("format", "")))}</b></li>' for n in d["numbers"])
-    links = " · ".join(f'<a href="{_href(base, labels, k["target"])}">{escape(k[lang])}</a>' for k in d["links"])
+    links = " · ".join(f'<a href="{_href(base, labels, k["target"])}">{_inline(k[lang])}</a>' for k in d["links"])
     name, code = LANGS[lang]
     return (f'<div class="pk-card-side" lang="{code}">'
             f'<p class="pk-card-kicker">{_label(card.question)} · {escape(w["card"])}</p>'
-            f'<p class="pk-card-title">{escape(card.text("title", lang))}</p>'
+            f'<p class="pk-card-title">{_inline(card.text("title", lang))}</p>'
             f'<p class="pk-card-head">{escape(w["answer"])}</p>'
-            f'<blockquote class="pk-card-answer">{escape(card.text("answer", lang))}</blockquote>'
+            f'<blockquote class="pk-card-answer">{_inline(card.text("answer", lang))}</blockquote>'
             f'<p class="pk-card-head">{escape(w["rubric"])}</p><table class="pk-card-rubric">{"".join(rows)}</table>'
             f'<p class="pk-card-head">{escape(w["numbers"])}</p><ul class="pk-card-numbers">{numbers}</ul>'
             f'<p class="pk-card-more">{escape(w["more"])}{w["colon"]}{links}</p></div>')
@@ -226,7 +258,9 @@ def main() -> int:
         try:
             card = load(q)
             bad += problems(card, labels)
-            print(f"{q}: {words(card.text('answer', 'en'))} words, {han(card.text('answer', 'zh'))} characters")
+            en, zh = card.text("answer", "en"), card.text("answer", "zh")
+            print(f"{q}: {spoken(en, 'en')} words ({speech.seconds(en, 'en'):.0f} s), "
+                  f"{spoken(zh, 'zh')} syllables ({speech.seconds(zh, 'zh'):.0f} s)")
         except Exception as exc:  # noqa: BLE001 -- a card that cannot be read: say which and why
             bad.append(f"{q}: {type(exc).__name__}: {exc}")
     for line in bad:

@@ -51,6 +51,8 @@ class MegatronLayout:
 
     def rank_stages(self, rank: int) -> list[str]:
         """The stages rank ``rank`` holds, its virtual stage 0 first."""
+        Arguments("MegatronLayout.rank_stages", LayoutError).integer("rank", rank, 0, self.pp - 1,
+                                                                      why=f"a rank below pp={self.pp}")
         return [self.stages[v * self.pp + rank] for v in range(self.vpp)]
 
     @property

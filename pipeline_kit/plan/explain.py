@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..schedules import FAMILIES, build_schedule
 from ..sim import simulate
-from .search import GB, Candidate, Search
+from .search import GB, Candidate, Search, baseline
 
 FACTORS = ("compute", "imbalance", "bubble", "p2p", "allreduce")
 DECIDERS = (*FACTORS, "memory")
@@ -56,23 +56,6 @@ def _largest_saving(a: dict[str, float], b: dict[str, float]) -> tuple[str, floa
     """Of two breakdowns, the factor in which ``a`` saves most over ``b``, and how much."""
     factor = max(FACTORS, key=lambda f: b[f] - a[f])
     return factor, b[factor] - a[factor]
-
-
-def baseline(search: Search, near: Candidate | None = None) -> int | None:
-    """The plain 1F1B baseline: 1F1B with the even split at ``near``'s pp (the pick's), else the fastest 1F1B
-    that fits, else the 1F1B with the least memory (to say why it does not fit)."""
-    ones = [i for i, c in enumerate(search.candidates) if c.schedule == "1f1b" and c.layout_kind == "even"]
-    if not ones:
-        return None
-    if near is not None:
-        same = [i for i in ones if search.candidates[i].pp == near.pp]
-        if same:
-            return same[0]
-    fit = [i for i in ones if search.candidates[i].fits]
-    if fit:
-        return min(fit, key=lambda i: search.candidates[i].step_time_s)
-    sized = [i for i in ones if search.candidates[i].memory]
-    return min(sized, key=lambda i: search.candidates[i].worst_memory_bytes) if sized else ones[0]
 
 
 @dataclass

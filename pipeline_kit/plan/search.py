@@ -1,11 +1,13 @@
 """The planner's search: every pipeline configuration the kit can run for a model on N GPUs, predicted and ranked.
 
 Why a search and not a formula: the bubble, the imbalance of a layout, P2P and memory pull against each other
-differently for every model and batch, and the families each refuse some sizes.  The kit already has an exact
-model of the part that is schedule -- the simulator -- so the planner enumerates, asks each family to build
-its order, sizes every rank (:mod:`.memory`) and simulates only what fits.  Everything else is an estimate and
-is named as one: per-stage times from FLOPs at ``tflops`` achieved, P2P from latency and bandwidth, and the
-data-parallel gradient all-reduce as one ring all-reduce after the pipeline flush over the same link.
+differently for every model and batch, and the families each refuse some sizes. The kit already has an exact model
+of the part that is schedule -- the simulator -- so the planner enumerates, asks each family to build its order,
+sizes every rank (:mod:`.memory`) and simulates only what fits -- in a search at cluster sizes, only what fits and
+could tie or rank among the fastest, which a lower bound (:mod:`.bound`) tells without simulating (:func:`settle`).
+Everything else is an estimate and is named as one: per-stage times from FLOPs at ``tflops`` achieved, P2P from
+latency and bandwidth, and the data-parallel gradient all-reduce as one ring all-reduce after the pipeline flush
+over the same link.
 
 A candidate's ``pipeline_time_s`` and ``bubble_fraction`` are exactly what ``python -m pipeline_kit simulate``
 prints for its :meth:`Candidate.simulate_args`; ``step_time_s`` adds ``allreduce_time_s`` (0 when dp = 1).
@@ -13,154 +15,29 @@ prints for its :meth:`Candidate.simulate_args`; ``step_time_s`` adds ``allreduce
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..arguments import Arguments
 from ..layout.balance import ItemTimes, best_cuts, even_split, item_times_from_flops, layout_from_cuts, stage_times
 from ..layout.costs import ModelSpec, boundary_bytes
 from ..layout.spec import Layout, LayoutError
-from ..limits import MAX_RANKS, LimitError, check_at_most, ops_per_microbatch_stage
+from ..limits import LimitError, check_at_most
 from ..schedules import FAMILIES, ScheduleConfigError, build_schedule
 from ..sim import simulate
-from .frameworks import FRAMEWORKS, needs_layout, unsupported
-from .memory import RankMemory, Training, rank_memory
+from .bound import pipeline_bound
+from .candidate import GB, PREDICTED, Candidate, Hardware, PlanError, simplicity
+from .frameworks import FRAMEWORKS
+from .memory import Training, rank_memory
+from .shapes import count_ops, shape_refusal, shapes
 
-V_CHOICES = (2, 3, 4, 6, 8)  # chunks per rank tried for the families that take any number
 TOLERANCE = 0.02  # step times within 2 % of the fastest are a tie: the FLOPs model, P2P and the all-reduce are
                   # estimates no closer than that, so the planner picks the simpler design among them
-GB = 1e9  # the planner speaks in decimal gigabytes, as GPU data sheets do (an H100 has 80 GB)
-
-
-class PlanError(ValueError):
-    """A planning argument is out of range, or the search would be too large; the message names the argument."""
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The cluster as the planner sees it: a count, a memory size, and three speeds (all estimates)."""
-
-    gpus: int
-    gpu_memory_bytes: float
-    tflops: float = 400.0  # achieved (not peak) TFLOP/s per GPU
-    p2p_gbps: float = 50.0  # GB/s of one point-to-point link, and of the all-reduce's ring
-    p2p_latency_us: float = 10.0
-    tp_gbps: float = 300.0  # GB/s of tensor parallelism's collectives inside a node (NVLink-class)
-
-    def __post_init__(self) -> None:
-        arg = Arguments("Hardware", PlanError)
-        arg.integer("gpus", self.gpus, limit="MAX_GPUS")
-        arg.number("gpu_memory_bytes", self.gpu_memory_bytes, positive=True)
-        arg.number("tflops", self.tflops, positive=True)
-        arg.number("p2p_gbps", self.p2p_gbps, positive=True)
-        arg.number("p2p_latency_us", self.p2p_latency_us)
-        arg.number("tp_gbps", self.tp_gbps, positive=True)
-
-    @property
-    def bandwidth(self) -> float:
-        """Bytes per second of a link."""
-        return self.p2p_gbps * GB
-
-    @property
-    def latency(self) -> float:
-        return self.p2p_latency_us * 1e-6
-
-    def p2p_seconds(self, nbytes: float) -> float:
-        """One transfer of ``nbytes``: the latency, then the bytes at the link's bandwidth (no contention)."""
-        return self.latency + nbytes / self.bandwidth
-
-
-@dataclass
-class Candidate:
-    """One configuration: what it is, and either its prediction or why it cannot run (``why_not``)."""
-
-    schedule: str
-    pp: int
-    dp: int
-    chunks: int
-    microbatches: int | None
-    layout: str | None
-    layout_kind: str  # "even" or "balanced" (the balancer's cut)
-    why_not: str | None = None
-    step_time_s: float | None = None
-    pipeline_time_s: float | None = None
-    allreduce_time_s: float | None = None
-    tokens_per_s: float | None = None
-    bubble_fraction: float | None = None
-    memory: list[RankMemory] = field(default_factory=list)
-    stage_fwd_s: list[float] = field(default_factory=list)  # per virtual stage, one microbatch
-    stage_bwd_s: list[float] = field(default_factory=list)
-    busy_s: list[float] = field(default_factory=list)  # per rank, from the simulation
-    p2p_time_s: float = 0.0  # one transfer: latency + bytes / bandwidth
-    p2p_bytes: int = 0
-    bwd_ratio: int | None = 2  # every stage's backward over its forward (3 with full recomputation); None for
-                               # measured stage times (plan --trace), which are not one multiple of each other
-    refusal: str | None = None  # "batch", "family", "layout", "memory", "size": why_not's kind
-
-    @property
-    def fits(self) -> bool:
-        return self.why_not is None
-
-    @property
-    def peak_memory_bytes(self) -> list[float]:
-        return [m.total for m in self.memory]
-
-    @property
-    def worst_rank(self) -> int | None:
-        totals = self.peak_memory_bytes
-        return max(range(len(totals)), key=totals.__getitem__) if totals else None
-
-    @property
-    def worst_memory_bytes(self) -> float | None:
-        return max(self.peak_memory_bytes) if self.memory else None
-
-    def label(self) -> str:
-        """``zbv pp=8 v=2 M=16 balanced`` -- how the why-paragraph names a candidate."""
-        v = f" v={self.chunks}" if FAMILIES[self.schedule].chunks != "one" else ""
-        m = f" M={self.microbatches}" if self.microbatches else ""
-        dp = f" dp={self.dp}" if self.dp > 1 else ""
-        return f"{self.schedule} pp={self.pp}{dp}{v}{m} ({self.layout_kind} layout)"
-
-    def simulate_args(self) -> list[str]:
-        """The ``python -m pipeline_kit simulate`` arguments that reproduce ``pipeline_time_s`` and the bubble.
-
-        ``--stage-costs`` takes one factor per virtual stage, scaled by ``1/v`` (the simulator's convention that a
-        rank-level cost is split over its chunks), so ``--fwd v --bwd 2v`` makes each factor the stage's time (``3v``
-        with full recomputation).  Measured stage times (``plan --trace``) give the backward its own factors,
-        ``--bwd v --stage-bwd-costs``.
-        """
-        if self.pipeline_time_s is None:
-            return []
-        v = self.chunks
-        args = ["--schedule", self.schedule, "--pp", str(self.pp), "--microbatches", str(self.microbatches)]
-        if FAMILIES[self.schedule].chunks != "one":
-            args += ["--chunks", str(v)]
-        args += ["--fwd", str(v), "--bwd", str((self.bwd_ratio or 1) * v),
-                 "--stage-costs", ",".join(repr(f) for f in self.stage_fwd_s)]
-        if self.bwd_ratio is None:  # measured: each stage's backward as its own factor
-            args += ["--stage-bwd-costs", ",".join(repr(b) for b in self.stage_bwd_s)]
-        if self.pp > 1:
-            args += ["--p2p-latency", repr(self.p2p_time_s)]
-        return args
-
-    def to_dict(self) -> dict:
-        return {
-            "schedule": self.schedule, "pp": self.pp, "dp": self.dp, "chunks": self.chunks,
-            "microbatches": self.microbatches, "layout": self.layout, "layout_kind": self.layout_kind,
-            "step_time_s": self.step_time_s, "pipeline_time_s": self.pipeline_time_s,
-            "allreduce_time_s": self.allreduce_time_s, "tokens_per_s": self.tokens_per_s,
-            "bubble_fraction": self.bubble_fraction, "peak_memory_bytes": self.peak_memory_bytes,
-            "memory": [m.to_dict() for m in self.memory], "fits": self.fits, "why_not": self.why_not,
-            "simulate_args": self.simulate_args(),
-        }
-
-
-def simplicity(cand: Candidate, layers: int) -> tuple:
-    """How simple a design is to run, smaller first: pipeline stages, chunks, the frameworks that cannot run its
-    family, a layout the framework's own even split gives (no layout to write out), then memory and step time
-    (what a tie is decided by)."""
-    return (cand.pp, cand.chunks, unsupported(cand.schedule), needs_layout(cand, layers), cand.worst_memory_bytes,
-            cand.step_time_s)
+SIMULATE_ALL_OPS = 500_000  # a search whose schedules hold at most this many ops simulates every candidate that
+                            # fits (every search of the book and the labs; about 3 s of simulation on 2 cores)
+EXACT_TOP = 8  # above it, Search.ranked's first 8 are still exact: the report's 5 rows, --verify's at most 8 runs
 
 
 @dataclass
@@ -177,11 +54,14 @@ class Search:
     tolerance: float = TOLERANCE
     framework: str = "any"
     cost_source: str = "FLOPs"  # where the compute times came from: FLOPs at a rate, or a trace
+    simulate_all: bool | None = None  # what plan() was asked: None, by the search's size (SIMULATE_ALL_OPS)
 
     @property
     def ranked(self) -> list[int]:
-        """Indices of the candidates that fit, fastest first (ties: less memory, then fewer ranks)."""
-        fit = [i for i, c in enumerate(self.candidates) if c.fits]
+        """Indices of the simulated candidates (every one that fits, below ``SIMULATE_ALL_OPS``), fastest first
+        (ties: less memory, then fewer ranks).  In a search that left some :attr:`bounded`, the first
+        ``EXACT_TOP`` are still the fastest of all: a bounded candidate is slower than each of them."""
+        fit = [i for i, c in enumerate(self.candidates) if c.fits and c.simulated]
         return sorted(fit, key=lambda i: (self.candidates[i].step_time_s, self.candidates[i].worst_memory_bytes,
                                           self.candidates[i].pp, i))
 
@@ -193,6 +73,11 @@ class Search:
             if not c.fits:
                 kinds[c.refusal or "other"] = kinds.get(c.refusal or "other", 0) + 1
         return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+    @property
+    def bounded(self) -> list[int]:
+        """Indices of the candidates that fit but were not simulated: their bound shows they cannot tie."""
+        return [i for i, c in enumerate(self.candidates) if c.fits and not c.simulated]
 
     @property
     def fastest(self) -> int | None:
@@ -217,10 +102,12 @@ class Search:
         return min(ties, key=lambda i: (*simplicity(self.candidates[i], self.model.layers), i)) if ties else None
 
     def within(self, gpu_memory_bytes: float | None = None, schedules=None) -> Search:
-        """The same search under a smaller memory budget and/or fewer families, without building or simulating
-        anything again: a candidate's prediction does not depend on the budget, only whether it fits does.  Equal,
+        """The same search under a smaller memory budget and/or fewer families, without simulating again what was
+        simulated: a candidate's prediction does not depend on the budget, only whether it fits does.  Equal,
         candidate for candidate, to :func:`plan` asked with that budget and those ``schedules`` (tested), and
-        thousands of times faster -- what re-planning one model at several budgets needs."""
+        thousands of times faster -- what re-planning one model at several budgets needs.  (Where a large search
+        left candidates bounded and the smaller budget drops the fastest, ``settle`` simulates the ones that
+        could now tie.)"""
         budget = self.hardware.gpu_memory_bytes if gpu_memory_bytes is None else gpu_memory_bytes
         arg = Arguments("Search.within", PlanError)
         arg.number("gpu_memory_bytes", budget, positive=True)
@@ -238,7 +125,9 @@ class Search:
             for cand in self.candidates:
                 if cand.schedule == name:
                     out.append(_under_budget(cand, hw))
-        return replace(self, hardware=hw, candidates=out)
+        search = replace(self, hardware=hw, candidates=out)
+        settle(search)  # what a smaller budget brings within the tolerance is simulated now, as plan() would
+        return search
 
 
 def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch: int | None,
@@ -274,36 +163,15 @@ def check_plan_args(m: ModelSpec, hw: Hardware, training: Training, global_batch
     return global_batch, runs
 
 
-def _shapes(m: ModelSpec, ranks: int, families: list[str]):
-    """Every (family, pp, v) the search visits, pp dividing the ``ranks`` (GPUs / tp).  A v that makes more stages
-    than the model has items (E, the layers, L) is left out; where even the family's smallest v does, that one
-    shape stays, to be refused."""
-    items = m.layers + 2
-    divisors = [d for d in range(1, min(ranks, MAX_RANKS) + 1) if ranks % d == 0]  # pp > MAX_RANKS: never built
-    for name in families:
-        kind = FAMILIES[name].chunks
-        choices = (1,) if kind == "one" else (2,) if kind == "two" else V_CHOICES
-        for pp in divisors:
-            fitting = [v for v in choices if pp * v <= items]
-            for v in fitting or choices[:1]:
-                yield name, pp, v
-
-
-def _count_ops(m: ModelSpec, ranks: int, global_batch: int, families: list[str]) -> int:
-    total = 0
-    for name, pp, v in _shapes(m, ranks, families):
-        dp = ranks // pp
-        if global_batch % (dp * m.micro_batch_size) == 0 and pp * v <= m.layers + 2:
-            total += 2 * pp * v * (global_batch // (dp * m.micro_batch_size)) * ops_per_microbatch_stage(name)
-    return total
-
-
 def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_batch: int | None = None,
          schedules=None, model_name: str = "model", progress=None, framework: str = "any",
-         tolerance: float = TOLERANCE, measured: ItemTimes | None = None, cost_source: str | None = None) -> Search:
-    """Enumerate, size and simulate every candidate of the families ``framework`` runs; ``progress(done,
-    total)`` is called as it goes; step times within ``tolerance`` of the fastest tie (:attr:`Search.best`).
-    ``measured``: per-item seconds from a real run's trace (``plan --trace``) in place of the FLOPs estimate."""
+         tolerance: float = TOLERANCE, simulate_all: bool | None = None, measured: ItemTimes | None = None,
+         cost_source: str | None = None) -> Search:
+    """Enumerate and size every candidate of the families ``framework`` runs, and simulate what fits (all of it
+    when the search builds at most ``SIMULATE_ALL_OPS`` ops, or ``simulate_all`` is True; else what
+    ``pipeline_kit.plan.search.settle`` needs); ``progress(done, total)`` is called as it goes; step times within
+    ``tolerance`` of the fastest tie (:attr:`Search.best`).  ``measured``: per-item seconds from a real run's trace
+    (``plan --trace``) in place of the FLOPs estimate."""
     training = Training() if training is None else training
     global_batch, families = check_plan_args(m, hw, training, global_batch, schedules, framework)
     arg = Arguments("plan", PlanError)
@@ -315,10 +183,12 @@ def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_ba
         arg.fail(f"argument measured: times for {measured.layers} layers but the model has {m.layers}")
     if not 0 <= tolerance < 1:
         arg.refuse("tolerance", "a fraction from 0 up to 1 (0.02 is 2 %)", tolerance)
+    if simulate_all is not None:
+        arg.boolean("simulate_all", simulate_all)
     ranks = hw.gpus // training.tp
-    ops = _count_ops(m, ranks, global_batch, families)
+    ops = count_ops(m, ranks, global_batch, families)
     try:
-        check_at_most(f"the search ({ops:,} ops to build and simulate over all candidates)", ops, "MAX_PLAN_OPS",
+        check_at_most(f"the search ({ops:,} ops in the schedules of all its candidates)", ops, "MAX_PLAN_OPS",
                       "ops")
     except LimitError as exc:
         raise PlanError(f"{exc}; try fewer --schedules, a smaller --global-batch or a larger --micro-batch-size") \
@@ -327,15 +197,19 @@ def plan(m: ModelSpec, hw: Hardware, training: Training | None = None, global_ba
     items = item_times(m, hw, training, measured)
     p2p_bytes = boundary_bytes(m) // training.tp  # sequence parallelism sends each tp rank its share
     p2p_time = hw.p2p_seconds(p2p_bytes)
-    shapes = list(_shapes(m, ranks, families))
+    visits = list(shapes(m, ranks, families))
+    now = ops <= SIMULATE_ALL_OPS if simulate_all is None else simulate_all  # else settle() picks what to simulate
+    layouts: dict[int, list[tuple[str, Layout]]] = {}
     out: list[Candidate] = []
-    for done, (name, pp, v) in enumerate(shapes):
-        out.extend(_evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes))
+    for done, (name, pp, v) in enumerate(visits):
+        out.extend(_evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes, now, layouts))
         if progress is not None:
-            progress(done + 1, len(shapes))
+            progress(done + 1, len(visits))
     source = cost_source or ("measured per-layer times" if measured else f"FLOPs at {hw.tflops:g} TFLOP/s")
-    return Search(m, model_name, hw, training, global_batch, out, time.perf_counter() - start, tolerance, framework,
-                  source)
+    search = Search(m, model_name, hw, training, global_batch, out, 0.0, tolerance, framework, source, simulate_all)
+    settle(search, layouts)
+    search.seconds = time.perf_counter() - start
+    return search
 
 
 def item_times(m: ModelSpec, hw: Hardware, training: Training, measured: ItemTimes | None = None) -> ItemTimes:
@@ -378,9 +252,16 @@ def balanced_layout(m: ModelSpec, items: ItemTimes, stages: int) -> Layout:
     return layout_from_cuts(best_cuts([f + b for f, b in zip(items.fwd, items.bwd)], stages), m.layers)
 
 
-def _layouts(m: ModelSpec, items, stages: int) -> list[tuple[str, Layout]]:
+def _layouts(m: ModelSpec, items, stages: int, cache: dict | None = None) -> list[tuple[str, Layout]]:
+    """The even split and, where it differs, the balancer's cut (``cache``: by stage count, as every family
+    with ``stages`` stages has the same two)."""
+    if cache is not None and stages in cache:
+        return cache[stages]
     even, balanced = even_split(m.layers, stages), balanced_layout(m, items, stages)
-    return [("even", even)] + ([("balanced", balanced)] if str(balanced) != str(even) else [])
+    out = [("even", even)] + ([("balanced", balanced)] if str(balanced) != str(even) else [])
+    if cache is not None:
+        cache[stages] = out
+    return out
 
 
 def family_refusal(name: str, pp: int, microbatches: int, v: int, exc: Exception) -> str:
@@ -407,8 +288,10 @@ def _over_budget(cand: Candidate, hw: Hardware) -> str | None:
             f"{hw.gpu_memory_bytes / GB:g} GB budget")
 
 
-PREDICTED = ("step_time_s", "pipeline_time_s", "allreduce_time_s", "tokens_per_s", "bubble_fraction", "stage_fwd_s",
-             "stage_bwd_s", "busy_s", "bwd_ratio")  # what :func:`predict` fills in, for a candidate that fits
+def _unpredicted(cand: Candidate, **changes) -> Candidate:
+    """``cand`` without a prediction (and with ``changes``)."""
+    blank = Candidate(cand.schedule, cand.pp, cand.dp, cand.chunks, cand.microbatches, cand.layout, cand.layout_kind)
+    return replace(cand, **{name: getattr(blank, name) for name in PREDICTED}, **changes)
 
 
 def _under_budget(cand: Candidate, hw: Hardware) -> Candidate:
@@ -418,11 +301,16 @@ def _under_budget(cand: Candidate, hw: Hardware) -> Candidate:
     why = _over_budget(cand, hw)
     if why is None:
         return replace(cand)
-    blank = Candidate(cand.schedule, cand.pp, cand.dp, cand.chunks, cand.microbatches, cand.layout, cand.layout_kind)
-    return replace(cand, why_not=why, refusal="memory", **{name: getattr(blank, name) for name in PREDICTED})
+    return _unpredicted(cand, why_not=why, refusal="memory", bound_s=None, bounded=None)
 
 
-def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes) -> list[Candidate]:
+def _build(name: str, pp: int, microbatches: int, v: int):
+    return build_schedule(name, pp, microbatches, v if FAMILIES[name].chunks != "one" else None)
+
+
+def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_bytes, simulate_now=True,
+              layouts=None) -> list[Candidate]:
+    """The candidates of one shape, sized and bounded; simulated too when ``simulate_now``."""
     dp = hw.gpus // training.tp // pp
     per_replica = dp * m.micro_batch_size
     base = dict(schedule=name, pp=pp, dp=dp, chunks=v, p2p_time_s=p2p_time, p2p_bytes=p2p_bytes)
@@ -432,17 +320,17 @@ def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_b
                                   f"{dp} x {m.micro_batch_size} = {per_replica}")]
     mb = global_batch // per_replica
     stages = pp * v
-    if stages > m.layers + 2:
+    refused = shape_refusal(m, name, pp, v)
+    if refused:
         return [Candidate(**base, microbatches=mb, layout=None, layout_kind="even", refusal="layout",
-                          why_not=f"{stages} stages but only {m.layers + 2} items (E, {m.layers} layers, L) to fill "
-                                  "them")]
+                          why_not=refused)]
     try:
-        sched = build_schedule(name, pp, mb, v if FAMILIES[name].chunks != "one" else None)
+        sched = _build(name, pp, mb, v)
     except (ScheduleConfigError, LimitError) as exc:
         return [Candidate(**base, microbatches=mb, layout=None, layout_kind="even", refusal="family",
                           why_not=family_refusal(name, pp, mb, v, exc))]
     out = []
-    for kind, layout in _layouts(m, items, stages):
+    for kind, layout in _layouts(m, items, stages, layouts):
         cand = Candidate(**base, microbatches=mb, layout=str(layout), layout_kind=kind)
         out.append(cand)
         try:
@@ -450,7 +338,12 @@ def _evaluate(m, hw, training, global_batch, items, name, pp, v, p2p_time, p2p_b
         except LayoutError as exc:
             cand.why_not, cand.refusal = f"layout {layout}: {exc}", "layout"
             continue
-        if fits:  # only what fits is simulated: the rest needs no step time
+        if not fits:  # only what fits is simulated: the rest needs no step time
+            continue
+        fwd, bwd = stage_times(items, layout)
+        cand.bound_s = (pipeline_bound(sched, fwd, bwd, cand.p2p_time_s if pp > 1 else 0)
+                        + (0.0 if training.overlap_grad_reduce else _allreduce_after_flush(cand, hw, training)))
+        if simulate_now:
             predict(cand, m, hw, training, global_batch, items, layout, sched)
     return out
 
@@ -464,6 +357,17 @@ def allreduce_seconds(grad_bytes: float, dp: int, hw: Hardware, param_bytes: flo
         return 0.0
     moved = 2 * grad_bytes if param_bytes is None else grad_bytes + param_bytes
     return (dp - 1) / dp * moved / hw.bandwidth + 2 * (dp - 1) * hw.latency
+
+
+def _reduces(cand: Candidate, hw: Hardware, training: Training) -> list[float]:
+    """Each rank's data-parallel gradient reduce, in seconds (from its sized gradients and weights)."""
+    return [allreduce_seconds(r.gradients, cand.dp, hw, r.weights if training.distributed_optimizer else None)
+            for r in cand.memory]
+
+
+def _allreduce_after_flush(cand: Candidate, hw: Hardware, training: Training) -> float:
+    """The reduce after the pipeline's flush: the rank with the most gradients finishes last."""
+    return max(_reduces(cand, hw, training))
 
 
 def _reduce_starts(res) -> list[float]:
@@ -488,20 +392,110 @@ def predict(cand: Candidate, m, hw, training, global_batch, items, layout, sched
     cand.pipeline_time_s = res.makespan
     cand.bubble_fraction = res.bubble_fraction
     cand.busy_s = list(res.busy)
-    reduces = [allreduce_seconds(r.gradients, cand.dp, hw, r.weights if training.distributed_optimizer else None)
-               for r in cand.memory]
     if training.overlap_grad_reduce and cand.dp > 1:  # the reduce runs from the last microbatch's backward on
-        end = max(start + t for start, t in zip(_reduce_starts(res), reduces))
+        end = max(start + t for start, t in zip(_reduce_starts(res), _reduces(cand, hw, training)))
         cand.allreduce_time_s = max(0.0, end - res.makespan)  # only what outlasts the pipeline adds to the step
     else:
-        cand.allreduce_time_s = max(reduces)  # after the flush: the rank with the most gradients finishes last
+        cand.allreduce_time_s = _allreduce_after_flush(cand, hw, training)
     cand.step_time_s = cand.pipeline_time_s + cand.allreduce_time_s
     cand.tokens_per_s = global_batch * m.seq_len / cand.step_time_s if cand.step_time_s else None
 
 
 def describe_search(search: Search) -> str:
-    """One line: how many candidates, how many fit, and the refusals by kind."""
+    """One line: how many candidates, how many fit (and were simulated), and the refusals by kind."""
     refused = ", ".join(f"{k} {n}" for k, n in search.refusals.items())
     fit = sum(c.fits for c in search.candidates)
+    bounded = len(search.bounded)
     return (f"searched {len(search.candidates)} candidates in {search.seconds:.2f} s: {fit} fit"
+            + (f" ({fit - bounded} simulated; {bounded} bounded, not simulated: a lower bound puts each more than "
+               f"{100 * search.tolerance:g} % over the fastest and past the {EXACT_TOP}th)" if bounded else "")
             + (f", {len(search.candidates) - fit} refused ({refused})" if refused else ""))
+
+
+def baseline(search: Search, near: Candidate | None = None) -> int | None:
+    """The plain 1F1B baseline: 1F1B with the even split at ``near``'s pp (the pick's), else the fastest 1F1B
+    that fits, else the 1F1B with the least memory (to say why it does not fit)."""
+    ones = [i for i, c in enumerate(search.candidates) if c.schedule == "1f1b" and c.layout_kind == "even"]
+    if not ones:
+        return None
+    if near is not None:
+        same = [i for i in ones if search.candidates[i].pp == near.pp]
+        if same:
+            return same[0]
+    fit = [i for i in ones if search.candidates[i].fits and search.candidates[i].simulated]
+    if fit:
+        return min(fit, key=lambda i: search.candidates[i].step_time_s)
+    sized = [i for i in ones if search.candidates[i].memory]
+    return min(sized, key=lambda i: search.candidates[i].worst_memory_bytes) if sized else ones[0]
+
+
+def settle(search: Search, layouts: dict | None = None) -> None:
+    """Decide, in place, which candidates that fit are simulated -- a function of the candidates alone, so that
+    :meth:`Search.within` and :func:`plan` agree candidate for candidate.
+
+    Below ``SIMULATE_ALL_OPS`` (or when asked, ``simulate_all``) every one is.  Above, they are simulated in
+    order of their lower bound (``bound_s``, :mod:`.bound`) until the next bound is more than the tolerance over
+    the fastest step found and more than the ``EXACT_TOP``-th fastest: that one and every later one cannot tie
+    and cannot enter the first ``EXACT_TOP`` of :attr:`Search.ranked`, so they are left **bounded**, with the
+    reason.  Then the pick's plain 1F1B baseline (what :func:`~.explain.explain` compares against) is simulated
+    if it was left bounded.  What was simulated before and is now past the cut is made bounded again."""
+    cands = search.candidates
+    fits = [i for i, c in enumerate(cands) if c.fits]
+    lazy = _Lazy(search, layouts)
+    everything = search.simulate_all
+    if everything is None:
+        ranks = search.hardware.gpus // search.training.tp
+        families = list(dict.fromkeys(c.schedule for c in cands))
+        everything = count_ops(search.model, ranks, search.global_batch, families) <= SIMULATE_ALL_OPS
+    if everything:
+        for i in fits:
+            lazy.predict(i)
+        return
+    order = sorted(fits, key=lambda i: (cands[i].bound_s, i))
+    steps: list[float] = []  # the simulated step times, sorted
+    cut = len(order)
+    for k, i in enumerate(order):
+        fastest = steps[0] * (1 + search.tolerance) if steps else math.inf
+        kth = steps[EXACT_TOP - 1] if len(steps) >= EXACT_TOP else math.inf
+        if cands[i].bound_s > max(fastest, kth):
+            cut = k
+            break
+        lazy.predict(i)
+        bisect.insort(steps, cands[i].step_time_s)
+    for i in order[cut:]:
+        cands[i] = _unpredicted(cands[i], bounded=_bounded_reason(cands[i], steps, search.tolerance))
+    best = search.best
+    base = baseline(search, cands[best]) if best is not None else None
+    if base is not None and cands[base].fits and not cands[base].simulated:
+        lazy.predict(base)
+
+
+def _bounded_reason(cand: Candidate, steps: list[float], tolerance: float) -> str:
+    kth = f" and than the {EXACT_TOP}th fastest ({1e3 * steps[EXACT_TOP - 1]:.1f} ms)" if len(steps) >= EXACT_TOP \
+        else ""
+    return (f"not simulated: its step takes at least {1e3 * cand.bound_s:.1f} ms (a lower bound: its busiest rank's "
+            f"work, the forwards before it and the backwards after it, and the all-reduce), more than "
+            f"{100 * tolerance:g} % over the fastest ({1e3 * steps[0]:.1f} ms){kth}")
+
+
+class _Lazy:
+    """Simulates a search's candidates on demand (:func:`settle`): rebuilds the schedule (the last one is kept:
+    a shape's two layouts often come one after the other) and the layout, then :func:`predict`."""
+
+    def __init__(self, search: Search, layouts: dict | None = None):
+        self.search = search
+        self.items = item_times(search.model, search.hardware, search.training)
+        self.layouts = {} if layouts is None else layouts
+        self.last: tuple | None = None
+
+    def predict(self, i: int) -> None:
+        s, cand = self.search, self.search.candidates[i]
+        if cand.simulated:
+            return
+        cand = s.candidates[i] = replace(cand, bounded=None)  # (a copy: a search's within() shares candidates)
+        shape = (cand.schedule, cand.pp, cand.microbatches, cand.chunks)
+        if self.last is None or self.last[0] != shape:
+            self.last = (shape, _build(*shape))
+        stages = cand.pp * cand.chunks
+        layout = dict(_layouts(s.model, self.items, stages, self.layouts))[cand.layout_kind]
+        predict(cand, s.model, s.hardware, s.training, s.global_batch, self.items, layout, self.last[1])

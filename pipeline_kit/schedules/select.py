@@ -29,6 +29,14 @@ from ..arguments import Arguments
 from .generators import ScheduleConfigError, interleaved, no_pipelining, one_f_one_b
 from .ops import Schedule
 
+#: The function ``get_forward_backward_func`` returns for each family (``megatron/core/pipeline_parallel/schedules.py``,
+#: Megatron-Core 0.19: ``pp > 1`` with a virtual size -> with interleaving, ``pp > 1`` -> without, else none).
+MEGATRON_FUNCTIONS = {
+    "no-pipelining": "forward_backward_no_pipelining",
+    "1f1b": "forward_backward_pipelining_without_interleaving",
+    "interleaved": "forward_backward_pipelining_with_interleaving",
+}
+
 
 @dataclass(frozen=True)
 class ScheduleFunction:
@@ -53,6 +61,11 @@ class ScheduleFunction:
     @property
     def uses_p2p(self) -> bool:
         return self.pp > 1
+
+    @property
+    def megatron_function(self) -> str:
+        """The name of the function Megatron's ``get_forward_backward_func`` returns for this family."""
+        return MEGATRON_FUNCTIONS[self.name]
 
     @property
     def loss_rank(self) -> int:

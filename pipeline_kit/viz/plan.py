@@ -1,10 +1,11 @@
 """The planner's picture: every candidate's step time against its worst rank's memory, the budget line and the
 Pareto front -- the trade a reader would rather see than read in a table of 150 rows.
 
-A candidate that fits is a dot coloured by family; one refused for memory is a grey cross at the memory it
-would need (to the right of the budget line); the front joins the candidates no other beats on both axes; the
-pick is ringed, and the candidates a reader wants to find (``marks``: their own answer, plain 1F1B) are stars.
-Sized for the book's column (:data:`~pipeline_kit.viz.diagrams.COLUMN_IN`).
+A candidate that fits is a dot coloured by family; one refused for memory is a grey cross at the memory it would
+need (to the right of the budget line); one a large search left unsimulated, as it cannot tie, is a hollow circle
+at its lower bound (:func:`~pipeline_kit.plan.search.settle`); the front joins the candidates no other beats on
+both axes; the pick is ringed, and the candidates a reader wants to find (``marks``: their own answer, plain 1F1B)
+are stars. Sized for the book's column (:data:`~pipeline_kit.viz.diagrams.COLUMN_IN`).
 
 Why the memory axis has its own ticks: on a logarithmic axis matplotlib labels powers of ten, so memory from 1.1
 to 4.3 GB read "10^0" and "2x10^0" -- two labels, in a notation a reader has to decode.  :func:`memory_ticks` picks
@@ -55,7 +56,8 @@ def plan_plot(search: Search, width: float = COLUMN_IN, height: float = 4.2, *, 
     fig = KitFigure(figsize=(width, height))
     ax = fig.add_subplot(1, 1, 1)
     budget = search.hardware.gpu_memory_bytes / GB
-    fit = [c for c in search.candidates if c.fits]
+    fit = [c for c in search.candidates if c.fits and c.simulated]
+    bounded = [search.candidates[i] for i in search.bounded]  # (a large search's: fit, but cannot tie)
     over = [c for c in search.candidates if c.refusal == "memory"]
     for name in FAMILIES:
         mine = [c for c in fit if c.schedule == name]
@@ -66,16 +68,21 @@ def plan_plot(search: Search, width: float = COLUMN_IN, height: float = 4.2, *, 
         pts = [(c.worst_memory_bytes / GB, 1e3 * c.step_time_s) for c in fit]
         front = pareto_front(pts)
         ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], color="black", lw=1, ls="--", zorder=2,
-                label="Pareto front")
+                label="Pareto front" + (" (of the simulated)" if bounded else ""))
+    if bounded:
+        ax.scatter([c.worst_memory_bytes / GB for c in bounded], [1e3 * c.bound_s for c in bounded], s=14,
+                   facecolors="none", edgecolors="#888888", lw=0.8, zorder=1,
+                   label=f"not simulated ({len(bounded)}; at a lower bound)")
     if fit and show_pick:
         best = search.candidates[search.best]
         ax.scatter([best.worst_memory_bytes / GB], [1e3 * best.step_time_s], s=120, facecolors="none",
                    edgecolors="black", lw=1.5, zorder=4, label="the pick")
         ax.annotate(best.label(), (best.worst_memory_bytes / GB, 1e3 * best.step_time_s), xytext=(8, 6),
                     textcoords="offset points", fontsize=7.5)
-    top = max((1e3 * c.step_time_s for c in fit), default=1.0)  # where what has no step time is drawn
+    # where what has no step time is drawn: the top of what has one, or a bound
+    top = max([1e3 * c.step_time_s for c in fit] + [1e3 * c.bound_s for c in bounded], default=1.0)
     for label, c in marks:
-        at = (c.worst_memory_bytes / GB, 1e3 * c.step_time_s if c.fits else top)
+        at = (c.worst_memory_bytes / GB, 1e3 * (c.step_time_s if c.simulated else c.bound_s) if c.fits else top)
         ax.scatter(*at, marker="*", s=110, color="black", zorder=5, gid=f"mark:{label}")
         ax.annotate(label + ("" if c.fits else " (too big)"), at, xytext=(6, -11), textcoords="offset points",
                     fontsize=7.5, fontweight="bold")

@@ -8,6 +8,7 @@ with the book.
 from __future__ import annotations
 
 from ...schedules import select_schedule
+from ...schedules.select import MEGATRON_FUNCTIONS as MEGATRON
 from ...sim import simulate
 from ...grading.parts import Parts, plural
 from .live import check_callback  # noqa: F401 -- a live-object check: it probes the kernel (live.py)
@@ -26,11 +27,6 @@ from .common import (
 )
 
 FAMILIES = ("no-pipelining", "1f1b", "interleaved")
-MEGATRON = {
-    "no-pipelining": "forward_backward_no_pipelining",
-    "1f1b": "forward_backward_pipelining_without_interleaving",
-    "interleaved": "forward_backward_pipelining_with_interleaving",
-}
 
 
 @check
