@@ -58,13 +58,15 @@ def load_terms(path: Path) -> list[Term]:
     return terms
 
 
-def glossary_lines(terms: list[Term]) -> list[str]:
-    """The ``glossary`` directive's content: headwords unindented, then the two definitions, indented."""
+def glossary_lines(terms: list[Term], lang: str | None = None) -> list[str]:
+    """The ``glossary`` directive's content: headwords unindented, then the two definitions, indented -- in the
+    Chinese edition (``lang`` zh...) the Chinese one alone, the list's own, so no translation repeats it."""
     lines = []
     for term in terms:
         lines += term.headwords
-        lines.append("  " + " ".join(term.definition["en"].split()))
-        lines.append("")
+        if not (lang or "").startswith("zh"):
+            lines.append("  " + " ".join(term.definition["en"].split()))
+            lines.append("")
         zh = tidy_zh(term.definition["zh"])
         if term.avoid:
             zh += f"卡片统一用“{'”“'.join(term.zh)}”，不用“{'”“'.join(term.avoid)}”。"
@@ -121,7 +123,7 @@ def setup(app):
         def run(self):
             rel, path = self.env.relfn2path(self.arguments[0], self.env.docname)
             self.env.note_dependency(rel)
-            self.content = StringList(glossary_lines(load_terms(Path(path))), source=rel)
+            self.content = StringList(glossary_lines(load_terms(Path(path)), self.env.config.language), source=rel)
             return super().run()
 
     app.add_directive("pk-glossary", TermListGlossary)
