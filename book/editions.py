@@ -31,7 +31,8 @@ import yaml
 BOOK = Path(__file__).resolve().parent
 LOCALE = BOOK / "locale"
 LANG = "zh_CN"
-ENGLISH_ONLY = ("using/api", "using/commands")  # generated from docstrings and argument parsers: kept in English
+sys.path.insert(0, str(BOOK / "_ext"))
+from pk_i18n import ENGLISH_ONLY  # noqa: E402  (the build's check and this one skip the same pages)
 ZH_TITLE = "pipeline-kit：按 Megatron 的方式学流水线并行"
 
 
@@ -54,6 +55,7 @@ def _config(out: Path, lang: str | None, cache: Path) -> Path:
     sphinx["html_js_files"] = [*sphinx.get("html_js_files", []), "editions/pk-edition.js"]  # the link to the twin
     if lang:
         cfg["title"] = ZH_TITLE
+        cfg["sphinx"].setdefault("local_extensions", {})["pk_i18n"] = str(BOOK / "_ext")  # untranslated: a warning
         sphinx.update(language=lang, locale_dirs=[str(LOCALE)], html_search_language="zh")
     path = out / f"_config.{lang or 'en'}.yml"
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False), encoding="utf-8")
@@ -179,7 +181,6 @@ def term_list_messages() -> dict[str, str]:
     """The glossary's term entries with their translations from the term list (book/glossary.yml): a headword and a
     Chinese line are their own translation, an English definition's is the entry's Chinese one (which the Chinese
     edition shows alone, so the English one's markup need not survive in it)."""
-    sys.path.insert(0, str(BOOK / "_ext"))
     from pk_glossary import glossary_lines, load_terms
     terms = load_terms(BOOK / "glossary.yml")
     given = {}
