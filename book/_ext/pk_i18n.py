@@ -2,13 +2,14 @@
 
 Why in the build: Sphinx shows an untranslated or fuzzy message in English and says nothing, so a changed English
 paragraph would slip into the Chinese edition unnoticed.  Once a page is read, this counts the messages Sphinx's
-own ``Locale`` transform marked untranslated, and warns once per page with how many and the first of them; the book builds with ``-W``, so one is an error, and
-book/editions.py says how to fix it.  Only the Chinese build loads this (book/editions.py adds it).
+own ``Locale`` transform marked untranslated, and warns once per page with how many and the first of them; the
+book builds with ``-W``, so one is an error.  Only the Chinese build loads this (book/editions.py adds it).
 """
 
 from __future__ import annotations
 
 from docutils import nodes
+from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,42 @@ def untranslated(app, doctree) -> None:
                        location=docname)
 
 
+# -- glue in a translated paragraph ------------------------------------------------------------------------------
+# Sphinx parses each translation as a small document of its own (sphinx.transforms.i18n.publish_msgstr), and for a
+# MyST notebook page myst-nb gives that document an empty notebook, so a {glue:text} role in a translation finds no
+# value ("No key ... found in glue data for this document").  The values are the page's: while a page is read, its
+# notebook renderer is remembered here, and a translation's glue is looked up in it -- the same value, computed
+# once, in both editions.
+_PAGE: dict = {}
+
+
+class RememberNotebook(SphinxTransform):
+    """Run just before Sphinx's Locale (priority 20): the page's notebook renderer, for its translations."""
+
+    default_priority = 19
+
+    def apply(self, **kwargs) -> None:
+        _PAGE["nb_renderer"] = self.document.get("nb_renderer")
+
+
+def _page_glue(retrieve):
+    def retrieve_glue_data(document, key):
+        if str(document.get("source", "")).endswith("<translated>") and _PAGE.get("nb_renderer") is not None:
+            document["nb_renderer"] = _PAGE["nb_renderer"]
+        return retrieve(document, key)
+    return retrieve_glue_data
+
+
+def _glue_from_the_page() -> None:
+    from myst_nb.ext.glue import directives, roles
+    for module in (roles, directives):
+        if not getattr(module.retrieve_glue_data, "_pk_page", False):
+            module.retrieve_glue_data = _page_glue(module.retrieve_glue_data)
+            module.retrieve_glue_data._pk_page = True
+
+
 def setup(app):
+    app.add_transform(RememberNotebook)
+    _glue_from_the_page()
     app.connect("doctree-read", untranslated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
