@@ -9,7 +9,6 @@ book builds with ``-W``, so one is an error.  Only the Chinese build loads this 
 from __future__ import annotations
 
 from docutils import nodes
-from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -35,25 +34,23 @@ def untranslated(app, doctree) -> None:
 # -- glue in a translated paragraph ------------------------------------------------------------------------------
 # Sphinx parses each translation as a small document of its own (sphinx.transforms.i18n.publish_msgstr), and for a
 # MyST notebook page myst-nb gives that document an empty notebook, so a {glue:text} role in a translation finds no
-# value ("No key ... found in glue data for this document").  The values are the page's: while a page is read, its
-# notebook renderer is remembered here, and a translation's glue is looked up in it -- the same value, computed
-# once, in both editions.
-_PAGE: dict = {}
-
-
-class RememberNotebook(SphinxTransform):
-    """Run just before Sphinx's Locale (priority 20): the page's notebook renderer, for its translations."""
-
-    default_priority = 19
-
-    def apply(self, **kwargs) -> None:
-        _PAGE["nb_renderer"] = self.document.get("nb_renderer")
+# value ("No key ... found in glue data for this document").  The values are the page's: the page's own glue roles
+# (the English of every translated one) are read first, while its notebook renderer is on it, so the renderer is
+# remembered then and a translation of that page looks its glue up in it -- the same value, computed once, in both
+# editions.
+_PAGE: dict = {}  # the page being read: its source path -> its notebook renderer
 
 
 def _page_glue(retrieve):
     def retrieve_glue_data(document, key):
-        if str(document.get("source", "")).endswith("<translated>") and _PAGE.get("nb_renderer") is not None:
-            document["nb_renderer"] = _PAGE["nb_renderer"]
+        source = str(document.get("source", ""))
+        if source.endswith(":<translated>"):
+            page = _PAGE.get(source.rsplit(":", 2)[0])
+            if page is not None:
+                document["nb_renderer"] = page
+        elif "nb_renderer" in document and source not in _PAGE:
+            _PAGE.clear()
+            _PAGE[source] = document["nb_renderer"]
         return retrieve(document, key)
     return retrieve_glue_data
 
@@ -67,7 +64,6 @@ def _glue_from_the_page() -> None:
 
 
 def setup(app):
-    app.add_transform(RememberNotebook)
     _glue_from_the_page()
     app.connect("doctree-read", untranslated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
