@@ -39,9 +39,10 @@ _build: dict = {}  # the build this process started or waits for: "dir", and "pr
 
 
 def _start_book_build(out: Path) -> None:
-    """``jupyter-book build`` into ``out`` in the background; it writes ``out/rc`` (its exit status) when done."""
-    exe = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(exe), "build", str(ROOT / "book"), "--path-output", str(out), "-W", "-n", "--keep-going"]
+    """The book's two editions (book/editions.py) into ``out`` in the background; it writes ``out/rc`` (its exit
+    status) when done."""
+    # both editions, as the README's zh-build command builds them: English, then Chinese from the same execution
+    cmd = [sys.executable, str(ROOT / "book" / "editions.py"), "--path-output", str(out), "-W", "-n", "--keep-going"]
     script = f"{shlex.join(cmd)} > {shlex.quote(str(out / 'build.log'))} 2>&1; echo $? > {out}/rc.part; " \
              f"mv {out}/rc.part {out}/rc"
     proc = subprocess.Popen(["sh", "-c", script], cwd=ROOT, start_new_session=True, stdin=subprocess.DEVNULL,

@@ -87,7 +87,8 @@ def test_the_book_ships_a_subset_of_the_font_with_its_licence(book_html, shipped
     exactly the pages' Chinese plus the common CJK punctuation, not the 19 MB collection)."""
     from fontTools.ttLib import TTFont
 
-    text = "".join(_page_text(page) for page in book_html.rglob("*.html"))
+    english = [page for page in book_html.rglob("*.html") if page.relative_to(book_html).parts[0] != "zh"]
+    text = "".join(_page_text(page) for page in english)  # (the Chinese edition in zh/ ships its own subset)
     needed = set(CJK.findall(text))
     assert len(needed) > 500  # the cards, the glossary and the index: ~650 distinct Han characters
     for style, path in shipped.items():
@@ -191,3 +192,63 @@ def _photograph(driver, folder: Path) -> None:
         path = folder / f"card-{q}-zh-no-system-cjk-font.png"
         card.screenshot(str(path))
         assert path.stat().st_size > 20_000, path  # a card full of text, not an empty box
+
+
+EDITION_KEY = "pipeline-kit.edition"  # where _static/editions/pk-edition.js keeps the reader's edition
+
+
+def test_every_chinese_page_draws_its_chinese_fits_its_width_and_links_its_english_twin(book_html,
+                                                                                      browser_without_cjk):
+    """Each page of the Chinese edition (issue 39), on a machine with no CJK font: its own subset of the font holds
+    every character it shows and loads without error, nothing scrolls sideways, and its 'English' link goes to the
+    same page of the English edition."""
+    from test_book_editions import pages
+
+    zh = book_html / "zh"
+    cmap = set.intersection(*(_cmap(zh / pk_cjk_font.OUT_DIR / pk_cjk_font.subset_file(style))
+                              for style in pk_cjk_font.FACES))
+    driver = browser_without_cjk
+    driver.execute_script(f"localStorage.setItem('{EDITION_KEY}', 'zh')")
+    problems = []
+    for name in sorted(pages(zh)):
+        needed = set(CJK.findall(_page_text(zh / name)))
+        if needed - cmap:
+            problems.append(f"{name}: the font lacks {''.join(sorted(needed - cmap))[:20]}")
+        driver.get((zh / name).as_uri())
+        facts = driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "document.fonts.ready.then(() => done({"
+            f"  faces: [...document.fonts].filter(f => f.family.includes('{FAMILY}')).map(f => f.status),"
+            "  wide: document.scrollingElement.scrollWidth - document.scrollingElement.clientWidth,"
+            "  twin: (document.getElementById('pk-edition-switch') || {}).href || null,"
+            "  here: location.href}));")
+        if facts["here"] != (zh / name).as_uri():
+            problems.append(f"{name}: went to {facts['here']}")
+        if "error" in facts["faces"] or (needed and "loaded" not in facts["faces"]):
+            problems.append(f"{name}: font faces {facts['faces']}")
+        if facts["wide"] > 1:
+            problems.append(f"{name}: scrolls sideways by {facts['wide']} px")
+        if facts["twin"] != (book_html / name).as_uri():
+            problems.append(f"{name}: its English link is {facts['twin']}")
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_the_reader_s_edition_is_remembered_from_page_to_page(book_html, browser_without_cjk):
+    """中文 on one English page: the next English page opened is its Chinese twin, and its cards are Chinese;
+    English on a Chinese page: English pages stay English."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser_without_cjk
+    driver.execute_script(f"localStorage.removeItem('{EDITION_KEY}')")
+    driver.get((book_html / "chapters" / "bubble.html").as_uri())
+    assert driver.current_url == (book_html / "chapters" / "bubble.html").as_uri()  # no choice yet: no redirect
+    driver.find_element(By.ID, "pk-edition-switch").click()
+    assert driver.current_url == (book_html / "zh" / "chapters" / "bubble.html").as_uri()
+    driver.get((book_html / "cards.html").as_uri())
+    assert driver.current_url == (book_html / "zh" / "cards.html").as_uri()
+    assert driver.execute_script("return document.documentElement.getAttribute('data-pk-lang')") == "zh"
+    driver.find_element(By.ID, "pk-edition-switch").click()
+    assert driver.current_url == (book_html / "cards.html").as_uri()
+    driver.get((book_html / "chapters" / "p2p.html").as_uri())
+    assert driver.current_url == (book_html / "chapters" / "p2p.html").as_uri()
+    driver.execute_script(f"localStorage.removeItem('{EDITION_KEY}'); localStorage.setItem('{LANGUAGE_KEY}', 'zh')")

@@ -4,7 +4,8 @@
  * fifteen cards of the cards page, and again on every chapter.  Now a click on any card's English / 中文 button
  * sets the language of every card, here and on every page opened later.  The choice lives in localStorage,
  * which Chromium keeps for file:// pages too, so a downloaded copy of the book opened with no server remembers
- * it.  Before any choice, a reader whose browser asks for Chinese first gets Chinese; everyone else English.
+ * it.  Before any choice, the Chinese edition's cards and a reader whose browser asks for Chinese first get
+ * Chinese; everyone else English.
  *
  * This file loads in <head> (Jupyter Book includes _static/*.js there, without defer): the language is set on
  * <html> (data-pk-lang, which pk-book.css reads) before the body is drawn, so a card never flashes English
@@ -26,7 +27,8 @@
 
   function preferred() {
     var asked = (navigator.languages && navigator.languages[0]) || navigator.language || "";
-    return stored() || (/^zh\b/i.test(asked) ? "zh" : "en");
+    var edition = document.documentElement.lang || "";  // the Chinese edition's pages are zh-CN
+    return stored() || (/^zh/i.test(edition) || /^zh\b/i.test(asked) ? "zh" : "en");
   }
 
   /* Show every card in `lang` and check its matching button (for the keyboard and screen readers). */

@@ -1,0 +1,73 @@
+"""The Chinese edition (issue 39): built by book/editions.py from the English sources and book/locale's catalogs,
+into zh/ beside the English.  The build itself refuses a page with a message it has no Chinese for
+(book/_ext/pk_i18n.py under -W); these check what the reader gets: every page twice, the same numbers in both, a
+font of its own, a search that finds Chinese words.  The browser checks are in test_book_cjk_font.py, whose
+Chromium sees no system CJK font."""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+from pathlib import Path
+
+BOOK = Path(__file__).resolve().parent.parent / "book"
+SKIP = {"zh", "_static", "_sources", "_images"}
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+
+def pages(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.html") if p.relative_to(root).parts[0] not in SKIP}
+
+
+def article_text(page: Path) -> str:
+    """The page's article, as text (its scripts, styles and the navigation left out)."""
+    text = page.read_text(encoding="utf-8")
+    match = re.search(r'<article class="bd-article".*?</article>', text, flags=re.S)
+    body = re.sub(r"<(script|style)\b.*?</\1>", "", match.group(0) if match else text, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", " ", body))
+
+
+def test_every_page_has_its_chinese_twin(book_html):
+    english, chinese = pages(book_html), pages(book_html / "zh")
+    assert len(english) > 25 and english == chinese, sorted(english ^ chinese)
+    for name in chinese:
+        head = (book_html / "zh" / name).read_text(encoding="utf-8")[:400]
+        assert '<html lang="zh-CN"' in head, name
+
+
+def test_every_number_of_an_english_chapter_is_in_its_chinese_page(book_html):
+    """Each number of an English chapter (text, tables, outputs) appears on its Chinese page: the numbers are the
+    kit's, computed once, and a translation keeps them (1,024 and 1024 count as one)."""
+    problems = []
+    for name in sorted(n for n in pages(book_html) if n.startswith("chapters/")):
+        english = {m.replace(",", "") for m in NUMBER.findall(article_text(book_html / name))}
+        chinese = {m.replace(",", "") for m in NUMBER.findall(article_text(book_html / "zh" / name))}
+        if english - chinese:
+            problems.append(f"{name}: {sorted(english - chinese)[:10]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_chinese_edition_is_chinese(book_html):
+    """Most of a chapter's words are Chinese: the catalogs were applied, not merely present."""
+    for name in ("chapters/bubble.html", "chapters/planning.html", "glossary.html", "using/students.html"):
+        text = article_text(book_html / "zh" / name)
+        han = len(re.findall(r"[\u4e00-\u9fff]", text))
+        assert han > 300, (name, han)
+
+
+def test_search_finds_chinese_words(book_html):
+    """The Chinese edition's search index is cut into Chinese words (jieba), so 气泡 finds the bubble chapter."""
+    index = (book_html / "zh" / "searchindex.js").read_text(encoding="utf-8")
+    assert '"气泡"' in index and '"微批次"' in index
+
+
+def test_a_translation_keeps_the_roles_code_and_math_of_its_english():
+    """--check counts a translation that lost a glue role, code or a cross-reference's target as not done; a
+    cross-reference's text may be translated."""
+    sys.path.insert(0, str(BOOK))
+    from editions import markup_problems
+    assert markup_problems("{glue:text}`k:.1f` ms and `x`", "{glue:text}`k:.1f` 毫秒和 `x`") == []
+    assert markup_problems("{glue:text}`k:.1f` ms", "12.5 毫秒") == ["{glue:text}`k:.1f`"]
+    assert markup_problems("see {term}`bubble`", "见 {term}`气泡 <bubble>`") == []
+    assert markup_problems("see {term}`bubble`", "见 {term}`气泡`") == ["{term}<bubble>"]
