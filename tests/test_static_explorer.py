@@ -63,7 +63,7 @@ def kit_costs(sched, cfg):
     if cfg["slowRank"] >= 0:
         factors = [1.0] * sched.pp
         factors[cfg["slowRank"]] = float(cfg["slowFactor"])
-    args = Namespace(fwd=1.0, bwd=float(cfg["bwdRatio"]), wgrad=None, stage_costs=factors,
+    args = Namespace(fwd=1.0, bwd=float(cfg["bwdRatio"]), wgrad=None, stage_costs=factors, stage_bwd_costs=None,
                      p2p_latency=float(cfg["latency"]), p2p_bytes=0.0, bandwidth=None, activation_bytes=0.0)
     return cli.costs_from_args(args, sched)
 

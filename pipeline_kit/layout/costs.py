@@ -43,6 +43,9 @@ MODEL_INTS = {"vocab": (1, "MAX_MODEL_DIM"), "seq_len": (1, "MAX_MODEL_DIM"), "h
     "ffn_hidden": (0, "MAX_MODEL_DIM"), "kv_heads": (0, "MAX_MODEL_DIM")}
 
 
+LLAMA_FIELDS = ("ffn_hidden", "kv_heads", "swiglu")  # the planner's; a repr shows them only when set
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Model and batch shape: enough to count every stage's parameters, FLOPs and bytes.
@@ -84,6 +87,12 @@ class ModelSpec:
             arg.fail(f"argument kv_heads: {self.kv_heads:,} key/value heads need heads ({self.heads:,}) a multiple "
                      f"of them and hidden ({self.hidden:,}) a multiple of heads: each group of query heads shares "
                      "one whole key/value head")
+
+    def __repr__(self) -> str:
+        """The dataclass's, less the Llama-like fields where they keep their defaults (the kit's GPT)."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.name not in LLAMA_FIELDS or getattr(self, f.name) != f.default]
+        return f"ModelSpec({', '.join(shown)})"
 
     @property
     def ffn(self) -> int:

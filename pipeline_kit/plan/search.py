@@ -96,7 +96,7 @@ class Search:
 
     @property
     def best(self) -> int | None:
-        """The pick: of the :attr:`ties`, the simplest design (:func:`simplicity`) -- fewer pipeline stages, then one
+        """The pick: of the :attr:`ties`, the simplest design (``simplicity``) -- fewer pipeline stages, then one
         chunk per rank, then a family more frameworks run, then Megatron's own split, then less memory."""
         ties = self.ties
         return min(ties, key=lambda i: (*simplicity(self.candidates[i], self.model.layers), i)) if ties else None
