@@ -68,8 +68,10 @@ def update(solution: Path, lang: str) -> tuple[int, int, int]:
     path = catalog_path(solution, lang)
     if path.exists():
         catalog = _read(path)
+        created = catalog.creation_date
         catalog.update(template, no_fuzzy_matching=False)
         catalog.obsolete.clear()
+        catalog.creation_date = created  # (a catalog whose messages did not change is left byte for byte)
     else:
         catalog = Catalog(locale=LANGS[lang], project="pipeline-kit labs")
         for message in template:
