@@ -81,7 +81,7 @@ def test_an_english_edit_is_refused_until_it_is_translated(tmp_path):
 def test_a_chinese_lab_is_graded_as_the_english_one(tmp_path):
     """The untouched Chinese lab scores 0, its solution (the English one with its instructions translated) full
     marks, out of the English lab's points."""
-    lab = "lab03_bubble"
+    lab = "lab01_schedule_selection"
     solution = nbformat.read(str(SOLUTIONS / f"{lab}.ipynb"), as_version=4)
     translated(solution, SOLUTIONS / f"{lab}.ipynb", "zh", ReleaseError)
     zh_solution = tmp_path / f"{lab}.ipynb"
