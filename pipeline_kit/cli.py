@@ -307,6 +307,11 @@ def add_make_labs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if labs/ is not what solutions/ makes")
     p.add_argument("--solutions", metavar="DIR", default=None, help="the solution notebooks (default: solutions/)")
     p.add_argument("--labs", metavar="DIR", default=None, help="where the student notebooks go (default: labs/)")
+    p.add_argument("--lang", choices=["zh"], default=None,
+                   help="the labs with their instructions in Chinese, into labs-zh/ (from solutions/locale's "
+                        "catalogs; the cells, checks and points are the English labs')")
+    p.add_argument("--update", action="store_true",
+                   help="with --lang: refresh solutions/locale's catalogs from the solutions and print the counts")
     p.add_argument("--release", metavar="DIR", default=None,
                    help="instead, write a new (or empty) folder DIR to hand a student: labs/, the book's chapter "
                         "sources and the built book if there is one -- nothing of solutions/")
@@ -316,6 +321,8 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .grading.release import ROOT, ReleaseError, make_labs, make_release
+    if args.update:
+        return _update_lab_catalogs(args)
     if args.release is not None:
         if args.check or args.labs:
             raise UsageError("argument --release: not with --check or --labs (the release makes its own labs/)")
@@ -325,17 +332,37 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         return 0
     try:
-        problems = make_labs(Path(args.solutions or ROOT / "solutions"), Path(args.labs or ROOT / "labs"),
-                             check=args.check)
+        default = ROOT / ("labs" if args.lang is None else f"labs-{args.lang}")
+        problems = make_labs(Path(args.solutions or ROOT / "solutions"), Path(args.labs or default),
+                             check=args.check, lang=args.lang)
     except (FileNotFoundError, ReleaseError, InputError) as exc:
         raise UsageError(str(exc)) from None
     for line in problems:
         print(line)
     if args.check and problems:
-        print("labs/ is out of date: run `python -m pipeline_kit make-labs`", file=sys.stderr)
+        lang = f" --lang {args.lang}" if args.lang else ""
+        print(f"the labs are out of date: run `python -m pipeline_kit make-labs{lang}`", file=sys.stderr)
         return EXIT_INVALID
     if not problems:
-        print("labs/ is up to date")
+        print(f"{'labs/' if args.lang is None else f'labs-{args.lang}/'} is up to date")
+    return 0
+
+
+def _update_lab_catalogs(args: argparse.Namespace) -> int:
+    """``make-labs --lang L --update``: the catalogs of every solution, refreshed, with their counts."""
+    from pathlib import Path
+
+    from .grading.lab_catalogs import update
+    from .grading.release import ROOT
+    if args.lang is None:
+        raise UsageError("argument --update: it refreshes a language's catalogs; add --lang zh")
+    solutions = sorted(Path(args.solutions or ROOT / "solutions").glob("*.ipynb"))
+    if not solutions:
+        raise UsageError(f"argument --solutions: no notebooks in {args.solutions or ROOT / 'solutions'}")
+    print(f"{'lab':<30} {'paragraphs':>10} {'untranslated':>12} {'fuzzy':>6}")
+    for solution in solutions:
+        n, missing, fuzzy = update(solution, args.lang)
+        print(f"{solution.stem:<30} {n:>10} {missing:>12} {fuzzy:>6}")
     return 0
 
 

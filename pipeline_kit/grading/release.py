@@ -34,8 +34,10 @@ class ReleaseError(ValueError):
     """A solution notebook cannot be read; the message names it and says why, in one line."""
 
 
-def release_notebook(path: Path) -> str:
-    """The student version of one solution notebook, as the exact text written to ``labs/``."""
+def release_notebook(path: Path, lang: str | None = None) -> str:
+    """The student version of one solution notebook, as the exact text written to ``labs/`` -- or, with ``lang``,
+    to ``labs-<lang>/``: its instructions translated first (:mod:`.lab_catalogs`), so the checksums nbgrader
+    computes are the translated cells'."""
     import nbformat
     try:
         nb = nbformat.read(str(path), as_version=4)
@@ -43,6 +45,9 @@ def release_notebook(path: Path) -> str:
         lines = str(exc).strip().splitlines()
         raise ReleaseError(f"{path}: not a readable notebook ({type(exc).__name__}: "
                            f"{lines[0][:200] if lines else 'no detail'})") from None
+    if lang is not None:
+        from .lab_catalogs import translated
+        translated(nb, path, lang, ReleaseError)
     from nbgrader.preprocessors import (  # after reading: a corrupt notebook is named without nbgrader's start-up
         CheckCellMetadata,
         ClearHiddenTests,
@@ -63,13 +68,15 @@ def release_notebook(path: Path) -> str:
 MANIFEST = ".made-by-make-labs.json"  # in labs/: the notebooks make-labs wrote there, the only ones it removes
 
 
-def make_labs(solutions: Path = ROOT / "solutions", labs: Path = ROOT / "labs", check: bool = False) -> list[str]:
+def make_labs(solutions: Path = ROOT / "solutions", labs: Path = ROOT / "labs", check: bool = False,
+              lang: str | None = None) -> list[str]:
     """Write (or with ``check``, compare) every lab; returns what was done or, with ``check``, the problems.
 
     What is the user's stays the user's: ``labs`` may not be, contain or lie inside ``solutions`` (the one source
     of every lab); a notebook is written only under a solution's name, whole or not at all; and a notebook is
     removed only when the manifest in ``labs`` says make-labs wrote it there (its solution has gone since).  Any
-    other file -- ``my_experiments.ipynb`` -- is left as it is."""
+    other file -- ``my_experiments.ipynb`` -- is left as it is.  ``lang``: the labs with their instructions in
+    that language (:mod:`.lab_catalogs`)."""
     _check_folders(solutions, labs)
     sources = sorted(solutions.glob("*.ipynb"))
     if not sources:
@@ -79,7 +86,7 @@ def make_labs(solutions: Path = ROOT / "solutions", labs: Path = ROOT / "labs", 
     wanted = [src.name for src in sources]
     for src in sources:
         out = labs / src.name
-        text = release_notebook(src)
+        text = release_notebook(src, lang)
         if not check and labs.is_dir():  # (a folder still to be made holds nothing to protect)
             check_output_path(str(out), "argument --labs", inputs=[str(src)])
         current = _current(out)
