@@ -76,6 +76,8 @@ def build(out: Path, flags: list[str]) -> int:
     rc = _jupyter_book("--path-output", str(out), "--config", str(_config(work, None, cache)), *flags)
     if rc:
         return rc
+    for compiled in LOCALE.rglob("*.mo"):  # Sphinx compiles a .po older than its .mo only: a checkout's mtimes lie
+        compiled.unlink()
     zh_out = work / "zh"
     rc = _jupyter_book("--path-output", str(zh_out), "--config", str(_config(work, LANG, cache)), *flags)
     if rc:

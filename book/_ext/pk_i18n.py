@@ -44,14 +44,19 @@ _PAGE: dict = {}  # the page being read: its source path -> its notebook rendere
 def _page_glue(retrieve):
     def retrieve_glue_data(document, key):
         source = str(document.get("source", ""))
+        lent = None
         if source.endswith(":<translated>"):
-            page = _PAGE.get(source.rsplit(":", 2)[0])
-            if page is not None:
-                document["nb_renderer"] = page
+            lent = _PAGE.get(source.rsplit(":", 2)[0])
         elif "nb_renderer" in document and source not in _PAGE:
             _PAGE.clear()
             _PAGE[source] = document["nb_renderer"]
-        return retrieve(document, key)
+        if lent is None:
+            return retrieve(document, key)
+        document["nb_renderer"] = lent
+        try:
+            return retrieve(document, key)
+        finally:  # (lent for the lookup only: the translation's nodes are pickled with their document)
+            del document["nb_renderer"]
     return retrieve_glue_data
 
 

@@ -10,7 +10,7 @@ import json
 from fractions import Fraction
 
 from ...layout import PRESETS, ModelSpec, even_layout, parse_layout, stage_costs
-from ...layout.costs import layer_activation_bytes, layer_params, loss_params
+from ...layout.costs import layer_activation_bytes, layer_activation_units, layer_params, loss_params
 from ...schedules import interleaved_warmup
 from ...sim import SimResult, simulate
 from ...trace import Timeline, live_activations
@@ -59,12 +59,16 @@ def check_stage_bytes(stage_bytes, cases) -> None:
             V, d = spec.vocab, spec.dtype_bytes
             tokens = s * b
             layer = layer_activation_bytes(spec)
+            units = layer_activation_units(spec)  # 18 + 4f: 34 for the usual MLP of 4h
             ends = (tokens * h * d if st.embedding else 0) + (tokens * V * 4 + tokens * h * d if st.loss else 0)
             why = first_match(got, [
-                (n * s * b * h * 34 * d / 2 + ends, ("the attention-scores term 5*a*s/h is missing: without "
-                                                     "recomputation each layer keeps its a x s x s scores")),
-                (n * s * b * h * (34 + 5 * a * s / h) + ends, ("scale by dtype_bytes / 2: the 34 + 5as/h formula is "
-                                                              "for 16-bit training")),
+                (n * s * b * h * units * d / 2 + ends, ("the attention-scores term 5*a*s/h is missing: without "
+                                                        "recomputation each layer keeps its a x s x s scores")),
+                (n * s * b * h * (units + 5 * a * s / h) + ends, ("scale by dtype_bytes / 2: the bytes per s*b*h "
+                                                                 "are counted for 16-bit training")),
+                *([(n * s * b * h * (34 + 5 * a * s / h) * d / 2 + ends,
+                    f"34 is 18 + 4f for an MLP 4h wide; this model's MLP is ffn_mult = {spec.ffn_mult} times h")]
+                  if spec.ffn_mult != 4 else []),
                 (n * layer + (tokens * h * d if st.embedding else 0)
                  + (tokens * V * d + tokens * h * d if st.loss else 0),
                  "the logits are kept in fp32 for the loss: s*b*V x 4 bytes, whatever the training dtype"),
