@@ -221,11 +221,14 @@ def test_every_chinese_page_draws_its_chinese_fits_its_width_and_links_its_engli
             f"  faces: [...document.fonts].filter(f => f.family.includes('{FAMILY}')).map(f => f.status),"
             "  wide: document.scrollingElement.scrollWidth - document.scrollingElement.clientWidth,"
             "  twin: (document.getElementById('pk-edition-switch') || {}).href || null,"
-            "  here: location.href}));")
+            "  here: location.href,"
+            "  stack: getComputedStyle(document.querySelector('article')).fontFamily}));")
         if facts["here"] != (zh / name).as_uri():
             problems.append(f"{name}: went to {facts['here']}")
         if "error" in facts["faces"] or (needed and "loaded" not in facts["faces"]):
             problems.append(f"{name}: font faces {facts['faces']}")
+        if not facts["stack"].startswith(f'"{FAMILY}"'):
+            problems.append(f"{name}: its text is set in {facts['stack'][:40]}..., not the CJK stack first")
         if facts["wide"] > 1:
             problems.append(f"{name}: scrolls sideways by {facts['wide']} px")
         if facts["twin"] != (book_html / name).as_uri():

@@ -54,6 +54,8 @@ def test_the_chinese_edition_is_chinese(book_html):
         text = article_text(book_html / "zh" / name)
         han = len(re.findall(r"[\u4e00-\u9fff]", text))
         assert han > 300, (name, han)
+    sidebar = (book_html / "zh" / "chapters" / "bubble.html").read_text(encoding="utf-8")
+    assert 'caption-text">基础' in sidebar and 'caption-text">Foundations' not in sidebar  # the parts, translated
 
 
 def test_search_finds_chinese_words(book_html):

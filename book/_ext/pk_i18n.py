@@ -8,7 +8,10 @@ book builds with ``-W``, so one is an error.  Only the Chinese build loads this 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -79,7 +82,26 @@ def _output(node) -> bool:
     return False
 
 
+def toctree_captions(app, doctree) -> None:
+    """The sidebar's part captions (_toc.yml's): sphinx-external-toc adds its toctrees after Sphinx's Locale has run,
+    so their captions are translated here, from the root page's catalog, before the toctree collector reads them."""
+    language = app.config.language or "en"
+    trees = list(doctree.findall(addnodes.toctree))
+    if language.startswith("en") or not any(tree.get("caption") for tree in trees):
+        return
+    from babel.messages.pofile import read_po
+    po = Path(app.srcdir, app.config.locale_dirs[0], language, "LC_MESSAGES", f"{app.env.docname}.po")
+    if not po.exists():
+        return
+    with po.open("rb") as fh:
+        catalog = {m.id: m.string for m in read_po(fh) if m.id and m.string and not m.fuzzy}
+    for tree in trees:
+        if tree.get("caption") in catalog:
+            tree["caption"] = catalog[tree["caption"]]
+
+
 def setup(app):
     _glue_from_the_page()
+    app.connect("doctree-read", toctree_captions, priority=400)  # (the toctree collector listens at 500)
     app.connect("doctree-read", untranslated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
