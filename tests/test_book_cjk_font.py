@@ -222,7 +222,7 @@ def test_every_chinese_page_draws_its_chinese_fits_its_width_and_links_its_engli
             "  wide: document.scrollingElement.scrollWidth - document.scrollingElement.clientWidth,"
             "  twin: (document.getElementById('pk-edition-switch') || {}).href || null,"
             "  here: location.href,"
-            "  stack: getComputedStyle(document.querySelector('article')).fontFamily}));")
+            "  stack: getComputedStyle(document.querySelector('article') || document.body).fontFamily}));")
         if facts["here"] != (zh / name).as_uri():
             problems.append(f"{name}: went to {facts['here']}")
         if "error" in facts["faces"] or (needed and "loaded" not in facts["faces"]):
