@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass
 
 from ..arguments import Arguments
-from ..inputs import InputError, check_text_size, excerpt
-from ..limits import MAX_LAYOUT_SYMBOLS, MAX_REPEAT, LimitError
-from .spec import LayoutError
+from ..inputs import excerpt
+from ..limits import MAX_LAYOUT_SYMBOLS, MAX_REPEAT
+from .spec import LayoutError, layout_text
 
 NAMES = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}  # Megatron's LayerType for each symbol
 _GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")  # Megatron's two patterns, applied in this order
@@ -98,12 +98,7 @@ def megatron_layout(text: str, pp: int, num_layers: int, mtp_num_layers: int | N
     """``text`` as Megatron-Core 0.19 places it on ``pp`` ranks, or a :class:`LayoutError` with the rule it breaks
     (``num_layers`` and ``mtp_num_layers``: Megatron's ``--num-layers`` and ``--mtp-num-layers``, None when not
     given)."""
-    arg = Arguments("megatron_layout", LayoutError)
-    arg.text("text", text)
-    try:
-        check_text_size(text, "megatron_layout: argument text")
-    except (InputError, LimitError) as exc:
-        raise LayoutError(str(exc)) from None
+    arg = layout_text("megatron_layout", text)
     pp = arg.integer("pp", pp, limit="MAX_RANKS")
     num_layers = arg.integer("num_layers", num_layers, 0, limit="MAX_LAYERS")
     mtp_num_layers = arg.integer("mtp_num_layers", mtp_num_layers, 0, none=True, limit="MAX_LAYERS")

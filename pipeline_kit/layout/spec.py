@@ -195,14 +195,21 @@ def _expand(text: str) -> list[tuple[str, int]]:
     return sequence(opened_at=None)
 
 
-def parse_layout(text: str, pp: int | None = None, layers: int | None = None) -> Layout:
-    """Parse and validate a layout string (see the module docstring for the rules)."""
-    arg = Arguments("parse_layout", LayoutError)
+def layout_text(func: str, text) -> Arguments:
+    """The checks every reader of a layout string starts with (the kit's, Megatron's): a string, of a size the
+    limits allow; returns the function's argument checker for the rest."""
+    arg = Arguments(func, LayoutError)
     arg.text("text", text)
     try:
-        check_text_size(text, "parse_layout: argument text")
+        check_text_size(text, f"{func}: argument text")
     except (InputError, LimitError) as exc:
         raise LayoutError(str(exc)) from None
+    return arg
+
+
+def parse_layout(text: str, pp: int | None = None, layers: int | None = None) -> Layout:
+    """Parse and validate a layout string (see the module docstring for the rules)."""
+    arg = layout_text("parse_layout", text)
     pp = arg.integer("pp", pp, none=True, limit="MAX_RANKS")
     layers = arg.integer("layers", layers, 0, none=True, limit="MAX_LAYERS")
     if not text.strip():
