@@ -19,7 +19,6 @@ so it executes nothing.  ``jupyter-book build book`` alone still builds the Engl
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,8 @@ LOCALE = BOOK / "locale"
 LANG = "zh_CN"
 sys.path.insert(0, str(BOOK / "_ext"))
 from pk_i18n import ENGLISH_ONLY  # noqa: E402  (the build's check and this one skip the same pages)
+
+from pipeline_kit.translation import markup_problems  # noqa: E402
 ZH_TITLE = "pipeline-kit：按 Megatron 的方式学流水线并行"
 
 
@@ -62,9 +63,9 @@ def _config(out: Path, lang: str | None, cache: Path) -> Path:
     return path
 
 
-def _jupyter_book(*args: str) -> int:
+def _jupyter_book(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("jupyter-book")
-    return subprocess.run([str(exe), "build", str(BOOK), *args], check=False).returncode
+    return subprocess.run([str(exe), "build", str(BOOK), *args], capture_output=capture, text=True, check=False)
 
 
 def build(out: Path, flags: list[str]) -> int:
@@ -73,13 +74,13 @@ def build(out: Path, flags: list[str]) -> int:
     cache = work / "jupyter_cache"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    rc = _jupyter_book("--path-output", str(out), "--config", str(_config(work, None, cache)), *flags)
+    rc = _jupyter_book("--path-output", str(out), "--config", str(_config(work, None, cache)), *flags).returncode
     if rc:
         return rc
     for compiled in LOCALE.rglob("*.mo"):  # Sphinx compiles a .po older than its .mo only: a checkout's mtimes lie
         compiled.unlink()
     zh_out = work / "zh"
-    rc = _jupyter_book("--path-output", str(zh_out), "--config", str(_config(work, LANG, cache)), *flags)
+    rc = _jupyter_book("--path-output", str(zh_out), "--config", str(_config(work, LANG, cache)), *flags).returncode
     if rc:
         return rc
     target = out / "_build" / "html" / "zh"
@@ -96,42 +97,11 @@ def templates(into: Path) -> Path:
     cfg.setdefault("sphinx", {}).setdefault("config", {}).update(
         gettext_compact=False, gettext_location=False, project="pipeline-kit")  # (no machine's paths in them)
     (work / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    exe = Path(sys.executable).with_name("jupyter-book")
-    proc = subprocess.run([str(exe), "build", str(BOOK), "--path-output", str(work), "--config",
-                           str(work / "_config.yml"), "--builder", "custom", "--custom-builder", "gettext", "-q"],
-                          capture_output=True, text=True, check=False)
+    proc = _jupyter_book("--path-output", str(work), "--config", str(work / "_config.yml"), "--builder", "custom",
+                         "--custom-builder", "gettext", "-q", capture=True)
     if proc.returncode:
         sys.exit(f"the gettext build failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     return work / "_build" / "gettext"
-
-
-XREF = ("term", "ref", "doc", "numref")  # cross-reference roles: their text may be translated, their target not
-ROLE = re.compile(r"\{([\w:.-]+)\}`([^`]*)`")
-CODE = re.compile(r"(?<![}`])`([^`]+)`")
-MATH = re.compile(r"\$[^$]+\$")
-LINK = re.compile(r"\]\(([^)\s]+)\)")
-
-
-def _markup(text: str) -> list[str]:
-    """What a translation must keep as it is: each role's target (its text may be translated where it names a
-    target in ``<...>``), code, math and link targets."""
-    out = []
-    for role, body in ROLE.findall(text):
-        target = re.search(r"<([^<>]+)>\s*$", body)
-        if target or role in XREF:  # {term}`word` and {term}`词 <word>` point at the same entry
-            out.append(f"{{{role}}}<{target.group(1) if target else body}>")
-        else:
-            out.append(f"{{{role}}}`{body}`")
-    stripped = ROLE.sub("", text)
-    out += [f"`{c}`" for c in CODE.findall(stripped)] + MATH.findall(stripped) + LINK.findall(stripped)
-    return sorted(out)
-
-
-def markup_problems(msgid: str, msgstr: str) -> list[str]:
-    """The roles, code, math or link targets of ``msgid`` that ``msgstr`` lost or changed (empty: none)."""
-    want, have = _markup(msgid), _markup(msgstr)
-    missing = [m for m in want if m not in have or want.count(m) > have.count(m)]
-    return sorted(set(missing))
 
 
 def counts(pot_dir: Path) -> dict[str, tuple[int, int, int]]:

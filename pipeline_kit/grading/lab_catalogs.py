@@ -16,6 +16,8 @@ import io
 import re
 from pathlib import Path
 
+from ..translation import markup_problems
+
 LANGS = {"zh": "zh_CN"}  # --lang -> the catalog's locale
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -86,13 +88,16 @@ def update(solution: Path, lang: str) -> tuple[int, int, int]:
 
 
 def counts(solution: Path, lang: str) -> tuple[int, int, int]:
-    """(messages, untranslated, fuzzy) of the solution's paragraphs against its catalog."""
+    """(messages, untranslated, fuzzy) of the solution's paragraphs against its catalog; a translation that lost a
+    code span, math or a link target (:func:`~pipeline_kit.translation.markup_problems`) counts as fuzzy, as the
+    book's do."""
     import nbformat
     wanted = messages(nbformat.read(str(solution), as_version=4))
     have = {m.id: m for m in _read(catalog_path(solution, lang)) if m.id} if catalog_path(solution, lang).exists() \
         else {}
     missing = sum(1 for w in wanted if w not in have or not have[w].string)
-    fuzzy = sum(1 for w in wanted if w in have and have[w].string and have[w].fuzzy)
+    fuzzy = sum(1 for w in wanted if w in have and have[w].string
+                and (have[w].fuzzy or markup_problems(w, have[w].string)))
     return len(wanted), missing, fuzzy
 
 
