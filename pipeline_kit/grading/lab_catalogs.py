@@ -84,17 +84,21 @@ def update(solution: Path, lang: str) -> tuple[int, int, int]:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_bytes() != buffer.getvalue():
         path.write_bytes(buffer.getvalue())
-    return counts(solution, lang)
+    return _tally([m.id for m in template if m.id], {m.id: m for m in catalog if m.id})
 
 
 def counts(solution: Path, lang: str) -> tuple[int, int, int]:
-    """(messages, untranslated, fuzzy) of the solution's paragraphs against its catalog; a translation that lost a
-    code span, math or a link target (:func:`~pipeline_kit.translation.markup_problems`) counts as fuzzy, as the
-    book's do."""
+    """(messages, untranslated, fuzzy) of the solution's paragraphs against its catalog."""
     import nbformat
-    wanted = messages(nbformat.read(str(solution), as_version=4))
-    have = {m.id: m for m in _read(catalog_path(solution, lang)) if m.id} if catalog_path(solution, lang).exists() \
-        else {}
+    path = catalog_path(solution, lang)
+    have = {m.id: m for m in _read(path) if m.id} if path.exists() else {}
+    return _tally(messages(nbformat.read(str(solution), as_version=4)), have)
+
+
+def _tally(wanted: list[str], have: dict) -> tuple[int, int, int]:
+    """(messages, untranslated, fuzzy) of the paragraphs ``wanted`` against the catalog's messages ``have``; a
+    translation that lost a code span, math or a link target (:func:`~pipeline_kit.translation.markup_problems`)
+    counts as fuzzy, as the book's do."""
     missing = sum(1 for w in wanted if w not in have or not have[w].string)
     fuzzy = sum(1 for w in wanted if w in have and have[w].string
                 and (have[w].fuzzy or markup_problems(w, have[w].string)))
@@ -108,7 +112,7 @@ def translated(nb, solution: Path, lang: str, problem) -> None:
     if not path.exists():
         raise problem(f"{solution.name}: no catalog {path} (make-labs --lang {lang} --update makes it)")
     have = {m.id: m for m in _read(path) if m.id}
-    n, missing, fuzzy = counts(solution, lang)
+    n, missing, fuzzy = _tally(messages(nb), have)
     if missing or fuzzy:
         raise problem(f"{solution.name}: {missing} paragraph(s) untranslated and {fuzzy} fuzzy of {n} in {path}; "
                       "translate them (and remove their fuzzy flags), then make the labs again")
