@@ -322,10 +322,14 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
 
     from .grading.release import ROOT, ReleaseError, make_labs, make_release
     if args.update:
+        if args.check or args.labs or args.release is not None:
+            raise UsageError("argument --update: not with --check, --labs or --release (it writes the catalogs only)")
         return _update_lab_catalogs(args)
     if args.release is not None:
         if args.check or args.labs:
             raise UsageError("argument --release: not with --check or --labs (the release makes its own labs/)")
+        if args.lang:
+            raise UsageError("argument --release: not with --lang (a release holds the English labs/)")
         try:
             print(make_release(Path(args.release), Path(args.solutions or ROOT / "solutions")))
         except ReleaseError as exc:

@@ -94,3 +94,14 @@ def test_a_chinese_lab_is_graded_as_the_english_one(tmp_path):
         answered = grade(zh_solution)
     assert untouched.max_score == answered.max_score == english > 0
     assert untouched.score == 0 and answered.score == answered.max_score, answered.text()
+
+
+@pytest.mark.parametrize("args, refused", [
+    (["--update"], "argument --update: it refreshes a language's catalogs; add --lang zh"),
+    (["--lang", "zh", "--update", "--check"], "argument --update: not with --check, --labs or --release"),
+    (["--release", "x", "--lang", "zh"], "argument --release: not with --lang"),
+])
+def test_make_labs_refuses_languages_where_they_do_not_apply(args, refused, tmp_path):
+    from bounded import run_cli
+    res = run_cli("make-labs", *[str(tmp_path / a) if a == "x" else a for a in args])
+    assert res.code == 2 and refused in res.err and len(res.err.strip().splitlines()) == 1
