@@ -303,15 +303,20 @@ def cmd_check_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+LANG_LOCALES = {"zh": "zh_CN"}  # --lang -> the catalogs' locale
+
+
 def add_make_labs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if labs/ is not what solutions/ makes")
     p.add_argument("--solutions", metavar="DIR", default=None, help="the solution notebooks (default: solutions/)")
     p.add_argument("--labs", metavar="DIR", default=None, help="where the student notebooks go (default: labs/)")
     p.add_argument("--lang", choices=["zh"], default=None,
-                   help="the labs with their instructions in Chinese, into labs-zh/ (from solutions/locale's "
-                        "catalogs; the cells, checks and points are the English labs')")
+                   help="the labs with their instructions, the checks' feedback and the verdicts in Chinese, into "
+                        "labs-zh/ (from the catalogs in solutions/locale and pipeline_kit/locale; the cells, checks "
+                        "and points are the English labs'); with --release, a release of those labs")
     p.add_argument("--update", action="store_true",
-                   help="with --lang: refresh solutions/locale's catalogs from the solutions and print the counts")
+                   help="with --lang: refresh the catalogs (solutions/locale from the solutions, pipeline_kit/locale "
+                        "from the checks' source) and print the counts")
     p.add_argument("--release", metavar="DIR", default=None,
                    help="instead, write a new (or empty) folder DIR to hand a student: labs/, the book's chapter "
                         "sources and the built book if there is one -- nothing of solutions/")
@@ -328,10 +333,8 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
     if args.release is not None:
         if args.check or args.labs:
             raise UsageError("argument --release: not with --check or --labs (the release makes its own labs/)")
-        if args.lang:
-            raise UsageError("argument --release: not with --lang (a release holds the English labs/)")
         try:
-            print(make_release(Path(args.release), Path(args.solutions or ROOT / "solutions")))
+            print(make_release(Path(args.release), Path(args.solutions or ROOT / "solutions"), lang=args.lang))
         except ReleaseError as exc:
             raise UsageError(str(exc)) from None
         return 0
@@ -341,8 +344,13 @@ def cmd_make_labs(args: argparse.Namespace) -> int:
                              check=args.check, lang=args.lang)
     except (FileNotFoundError, ReleaseError, InputError) as exc:
         raise UsageError(str(exc)) from None
+    feedback = _feedback_problems(args.lang) if args.lang else []
+    problems = [*problems, *feedback] if args.check else problems
     for line in problems:
         print(line)
+    if feedback and not args.check:
+        print(f"warning: {len(feedback)} of the checks' feedback messages are not translated, so they show in "
+              f"English (make-labs --lang {args.lang} --check lists them)", file=sys.stderr)
     if args.check and problems:
         lang = f" --lang {args.lang}" if args.lang else ""
         print(f"the labs are out of date: run `python -m pipeline_kit make-labs{lang}`", file=sys.stderr)
@@ -367,7 +375,17 @@ def _update_lab_catalogs(args: argparse.Namespace) -> int:
     for solution in solutions:
         n, missing, fuzzy = update(solution, args.lang)
         print(f"{solution.stem:<30} {n:>10} {missing:>12} {fuzzy:>6}")
+    from .grading import feedback_catalogs
+    tally = feedback_catalogs.update(LANG_LOCALES[args.lang])
+    print(f"{'feedback (pipeline_kit/locale)':<30} {tally.messages:>10} {len(tally.untranslated):>12} "
+          f"{len(tally.fuzzy):>6}")
     return 0
+
+
+def _feedback_problems(lang: str) -> list[str]:
+    """The checks' feedback catalogs' problems in ``lang`` (untranslated, fuzzy, stale, a field lost), a line each."""
+    from .grading import feedback_catalogs
+    return [f"feedback {line}" for line in feedback_catalogs.tally(LANG_LOCALES[lang]).problems()]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -36,12 +36,16 @@ import nbformat
 from lab_grading import SOLUTIONS, replayed_torchrun
 
 from pipeline_kit.grading import names, parts, remote
+from pipeline_kit.language import speaking
 from pipeline_kit.grading.notebook import cell_kind, nbgrader_meta
 
 # Three draws of the hidden cases: every wrong answer is graded under each (and a failing check then tries its cases
 # one by one, common.every_failing_case, to list them all), so each seed adds to every entry's time; the model
 # answer's hidden cases are drawn under seven seeds of their own by tests/test_hidden_cases.py.
 SEEDS = range(3)
+# ... the last of them in Chinese (``metadata.pipeline_kit.language``): the same points in either language, and the
+# feedback all in Chinese (tests/test_fairness.py), at no extra run
+CHINESE_SEED = SEEDS[-1]
 
 
 @dataclass
@@ -99,7 +103,7 @@ def _affected(code: str, changed: set[str]) -> set[str]:
 
 def _run_test_cell(cell: Cell, ns: dict, seeds, out: dict) -> None:
     for seed in seeds:
-        with remote.seeded(seed):
+        with remote.seeded(seed), speaking("zh_CN" if seed == CHINESE_SEED else "en"):
             got = parts.run_test_cell(cell.source, ns, f"<test cell {cell.gid}>")
         out.setdefault(cell.gid, {})[seed] = (round(cell.points * got.earned, 2), got.feedback)
 
@@ -417,3 +421,13 @@ def states_value(text: str, want, inputs=frozenset()) -> list[str]:
         if isinstance(_plain(item), (list, tuple, dict)):
             found += states_value(text, item, inputs)
     return found
+
+
+# English left in a Chinese feedback: three English words in a row, once code (`...`), quoted text, calls, names
+# with an underscore or a dot, and Python's own messages (an exception the student's code raised) are left out
+_CODE = re.compile(r"`[^`]*`|'[^']*'|\"[^\"]*\"|\w+\([^()]*\)|\b\w*[_.]\w*\b|\w+Error: [^；;）)]*")
+_ENGLISH_RUN = re.compile(r"\b[A-Za-z]{2,}(?:[ -][A-Za-z]{2,}){2,}\b")
+
+
+def english_left(text: str) -> list[str]:
+    return _ENGLISH_RUN.findall(_CODE.sub(" ", text))

@@ -51,7 +51,9 @@ for (const head of document.querySelectorAll('h2, h3, h4, p')) {
 // Folded parts (hidden inputs, hints, answers) are opened to be measured, then folded again.
 const folded = [...column.querySelectorAll('details:not([open])')];
 folded.forEach(d => { d.open = true; });
-const figures = [...column.querySelectorAll('img')].map(i => {
+// a figure is drawn twice (pipeline_kit.viz.editions): the English page shows the English drawing only
+const otherEdition = [...column.querySelectorAll('img.pk-figure-zh')].filter(i => i.getClientRects().length).length;
+const figures = [...column.querySelectorAll('img')].filter(i => !i.classList.contains('pk-figure-zh')).map(i => {
   const cell = i.closest('div.cell');
   const input = cell && cell.querySelector('.cell_input');
   return {src: i.getAttribute('src'), height: i.getBoundingClientRect().height,
@@ -83,7 +85,7 @@ for (const cell of column.querySelectorAll('table th, table td')) {
   }
 }
 return JSON.stringify({columnWidth, equations, images, tracebacks, exercises, figures, scrolled, outputs,
-                       wideTables, splitWords});
+                       wideTables, splitWords, otherEdition});
 """
 
 WAIT_FOR_MATHJAX = """
@@ -186,6 +188,10 @@ def test_no_table_cell_breaks_a_word_or_a_number(pages):
     long flag name, a formula set as code) may break anywhere to keep a wide table inside its column."""
     split = [f"{page}: {w}" for page, f in pages.items() for w in f["splitWords"]]
     assert not split, "words or numbers broken across lines in a table:\n" + "\n".join(split)
+
+
+def test_an_english_page_shows_each_figure_s_english_drawing_only(pages):
+    assert {page: f["otherEdition"] for page, f in pages.items() if f["otherEdition"]} == {}
 
 
 def test_every_image_loaded(pages):

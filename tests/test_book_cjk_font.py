@@ -222,7 +222,9 @@ def test_every_chinese_page_draws_its_chinese_fits_its_width_and_links_its_engli
             "  wide: document.scrollingElement.scrollWidth - document.scrollingElement.clientWidth,"
             "  twin: (document.getElementById('pk-edition-switch') || {}).href || null,"
             "  here: location.href,"
-            "  stack: getComputedStyle(document.querySelector('article') || document.body).fontFamily}));")
+            "  stack: getComputedStyle(document.querySelector('article') || document.body).fontFamily,"
+            "  figures: [...document.querySelectorAll('img.pk-figure-en, img.pk-figure-zh')]"
+            "    .filter(i => i.offsetParent !== null).map(i => i.className)}));")
         if facts["here"] != (zh / name).as_uri():
             problems.append(f"{name}: went to {facts['here']}")
         if "error" in facts["faces"] or (needed and "loaded" not in facts["faces"]):
@@ -231,6 +233,9 @@ def test_every_chinese_page_draws_its_chinese_fits_its_width_and_links_its_engli
             problems.append(f"{name}: its text is set in {facts['stack'][:40]}..., not the CJK stack first")
         if facts["wide"] > 1:
             problems.append(f"{name}: scrolls sideways by {facts['wide']} px")
+        if any(shown != "pk-figure-zh" for shown in facts["figures"]) or \
+                len(facts["figures"]) != (zh / name).read_text(encoding="utf-8").count('class="pk-figure-zh"'):
+            problems.append(f"{name}: shows the figures {facts['figures']}, not each one's Chinese drawing")
         if facts["twin"] != (book_html / name).as_uri():
             problems.append(f"{name}: its English link is {facts['twin']}")
     assert not problems, "\n".join(problems[:20])

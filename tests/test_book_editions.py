@@ -75,3 +75,24 @@ def test_a_translation_keeps_the_roles_code_and_math_of_its_english():
     assert markup_problems("see {term}`bubble`", "见 {term}`气泡`") == ["{term}<bubble>"]
     assert markup_problems("run `grade\nlab.ipynb`", "运行 `grade lab.ipynb`") == []  # a line break is a space
     assert markup_problems("run `grade lab.ipynb`", "运行 `grade lab`") == ["`grade lab.ipynb`"]
+
+
+FIGURES = re.compile(r'<img class="pk-figure-(en|zh)"([^>]*)>')
+
+
+def test_every_figure_is_drawn_in_both_languages_from_one_run(book_html):
+    """A chapter's figures (pipeline_kit.viz.editions): each output holds the English drawing and the Chinese one,
+    the same pair in both editions (one execution), and the Chinese one has no English words left."""
+    problems, total = [], 0
+    for name in sorted(n for n in pages(book_html) if n.startswith("chapters/")):
+        english = FIGURES.findall((book_html / name).read_text(encoding="utf-8"))
+        chinese = FIGURES.findall((book_html / "zh" / name).read_text(encoding="utf-8"))
+        total += len(english)
+        if [kind for kind, _ in english] != [kind for kind, _ in chinese] or \
+                [kind for kind, _ in english] != ["en", "zh"] * (len(english) // 2):
+            problems.append(f"{name}: figures {[k for k, _ in english]} / {[k for k, _ in chinese]}")
+        left = [re.search(r'data-untranslated="([^"]*)"', attrs).group(1) for _, attrs in chinese
+                if "data-untranslated" in attrs]
+        if left:
+            problems.append(f"{name}: English left in its figures: {left}")
+    assert total >= 40 and not problems, "\n".join(problems)

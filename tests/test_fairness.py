@@ -12,7 +12,8 @@ import importlib
 import re
 
 import pytest
-from fairness import SEEDS, STATES_ANSWER, expected_values, max_points, outcomes, revealed, states_value
+from fairness import (CHINESE_SEED, SEEDS, STATES_ANSWER, english_left, expected_values, max_points, outcomes,
+                      revealed, states_value)
 from lab_grading import ROOT, lab_names
 
 from pipeline_kit.course.questions.common import BOOK_CHAPTERS
@@ -64,8 +65,9 @@ def test_a_wrong_answer_loses_the_same_points_under_every_seed(lab, wrong, one_t
         verdicts = {}
         for seed, (points, feedback) in by_seed.items():
             # the points, and the feedback's first failing case (a visible or fixed one): the hidden cases listed
-            # after it are each seed's own draw
-            verdicts.setdefault((points, feedback.split("; ")[0]), []).append(seed)
+            # after it are each seed's own draw; in Chinese (one seed), the same points
+            first_case = feedback.split("; ")[0] if seed != CHINESE_SEED else by_seed[SEEDS[0]][1].split("; ")[0]
+            verdicts.setdefault((points, first_case), []).append(seed)
         assert len(verdicts) == 1, f"{gid} differs by seed: " + " | ".join(
             f"seeds {seeds}: {points}/{top[gid]} {feedback!r}" for (points, feedback), seeds in verdicts.items())
     first = {gid: by_seed[SEEDS[0]] for gid, by_seed in got.items()}
@@ -75,6 +77,9 @@ def test_a_wrong_answer_loses_the_same_points_under_every_seed(lab, wrong, one_t
     for gid, points in wrong.points.items():
         lost_points = round(top[gid] - first[gid][0], 2)
         assert lost_points == round(points, 2), f"{gid} lost {lost_points}, expected {points}"
+    chinese = {gid: by_seed[CHINESE_SEED][1] for gid, by_seed in got.items() if gid in lost}
+    untranslated = {gid: english_left(text) for gid, text in chinese.items() if english_left(text)}
+    assert not untranslated, f"English left in the Chinese feedback: {untranslated}"
     catalogue = CATALOGUES[lab]
     for gid in lost:
         feedback = first[gid][1]

@@ -160,7 +160,7 @@ def test_forged_values_and_a_kernel_that_attacks_the_grader(tmp_path):
     proc = _cli("grade", str(path), "--json", "--seed", "3")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)  # raises if stdout holds more than one document
-    assert set(out) == {"notebook", "lab", "seed", "score", "max_score", "questions", "sandbox", "checks"}
+    assert set(out) == {"notebook", "lab", "seed", "language", "score", "max_score", "questions", "sandbox", "checks"}
     assert out["sandbox"]["isolated"] is True
     assert out["lab"] == LAB1 and out["seed"] == 3
     failed = {c["name"]: c["feedback"] for c in out["checks"] if c["points"] < c["max_points"]}

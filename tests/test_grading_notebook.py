@@ -261,8 +261,9 @@ def test_grade_json_contract(tmp_path):
     proc = _cli("grade", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"notebook", "lab", "seed", "score", "max_score", "questions", "sandbox", "checks"}
-    assert out["lab"] == LAB1 and isinstance(out["seed"], int)
+    assert set(out) == {"notebook", "lab", "seed", "language", "score", "max_score", "questions", "sandbox",
+                        "checks"}
+    assert out["lab"] == LAB1 and isinstance(out["seed"], int) and out["language"] == "en"
     box = out["sandbox"]
     assert set(box) == {"isolated", "mode", "limits"} and box["isolated"] is True
     assert box["mode"] in ("root", "user namespace") and "GiB" in box["limits"]

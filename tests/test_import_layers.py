@@ -85,7 +85,8 @@ def test_grading_layers():
 
 # The kit's packages, lowest first: a module imports only from its own layer or lower ones.
 LAYERS = [
-    {"limits", "inputs", "arguments", "argtypes", "interrupts", "translation"},  # the rules everything shares
+    # the rules everything shares (language: the feedback's and the figures' words in the reader's language)
+    {"limits", "inputs", "arguments", "argtypes", "interrupts", "translation", "language"},
     {"schedules"}, {"trace"}, {"sim"}, {"layout"},  # no torch, no matplotlib
     {"runtime"}, {"run", "launch"},  # torch: the real pipeline and its launcher
     {"plan"},  # the planner: search and memory, drawing nothing

@@ -4,6 +4,7 @@ points as the English labs, refused while a paragraph lacks its translation."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -94,14 +95,28 @@ def test_a_chinese_lab_is_graded_as_the_english_one(tmp_path):
         answered = grade(zh_solution)
     assert untouched.max_score == answered.max_score == english > 0
     assert untouched.score == 0 and answered.score == answered.max_score, answered.text()
+    # the feedback in the notebook's language (metadata.pipeline_kit.language), the points the same
+    assert all(re.search(r"[\u4e00-\u9fff]", c.feedback) for c in untouched.checks), untouched.text()
+    assert untouched.to_dict()["language"] == "zh_CN"
 
 
 @pytest.mark.parametrize("args, refused", [
     (["--update"], "argument --update: it refreshes a language's catalogs; add --lang zh"),
     (["--lang", "zh", "--update", "--check"], "argument --update: not with --check, --labs or --release"),
-    (["--release", "x", "--lang", "zh"], "argument --release: not with --lang"),
 ])
 def test_make_labs_refuses_languages_where_they_do_not_apply(args, refused, tmp_path):
     from bounded import run_cli
     res = run_cli("make-labs", *[str(tmp_path / a) if a == "x" else a for a in args])
     assert res.code == 2 and refused in res.err and len(res.err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_release_in_chinese_holds_the_chinese_labs(tmp_path):
+    from bounded import run_cli
+    res = run_cli("make-labs", "--release", str(tmp_path / "pp-labs"), "--lang", "zh")
+    assert res.code == 0, res.err
+    nb = nbformat.read(str(tmp_path / "pp-labs" / "labs" / "lab01_schedule_selection.ipynb"), as_version=4)
+    assert nb.metadata["pipeline_kit"]["language"] == "zh_CN"
+    assert re.search(r"[\u4e00-\u9fff]", nb.cells[0].source)
+    assert (tmp_path / "pp-labs" / "labs" / "lab01_schedule_selection.ipynb").read_text() == \
+        (LABS_ZH / "lab01_schedule_selection.ipynb").read_text()

@@ -11,6 +11,7 @@ import csv
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -59,12 +60,14 @@ def _rows(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def term_course(tmp_path_factory):
-    """alice hands in the model answers on time, bob the same two days late, carol the untouched lab, and dave
-    (a late joiner, in the database) nothing; then the kit grades the course into a gradebook."""
+    """alice hands in the model answers on time, bob the same two days late, carol the untouched lab, dave (a late
+    joiner, in the database) nothing, and erin the Chinese lab (labs-zh) untouched: one class, two languages, one
+    gradebook; then the kit grades the course into a gradebook."""
     root = tmp_path_factory.mktemp("term")
     course = term.make_course(root, "lab02", SOLUTIONS / f"{LAB2}.ipynb", DUE.strftime("%Y-%m-%d %H:%M:%S UTC"),
-                              ["alice", "bob", "carol", "dave"])
-    for who, nb in (("alice", SOLUTIONS / f"{LAB2}.ipynb"), ("bob", SOLUTIONS / f"{LAB2}.ipynb"), ("carol", None)):
+                              ["alice", "bob", "carol", "dave", "erin"])
+    for who, nb in (("alice", SOLUTIONS / f"{LAB2}.ipynb"), ("bob", SOLUTIONS / f"{LAB2}.ipynb"), ("carol", None),
+                    ("erin", ROOT / "labs-zh" / f"{LAB2}.ipynb")):
         term.submit(course, "lab02", who, nb)
     term.collect(course, "lab02")
     late = DUE + datetime.timedelta(days=2, hours=3)
@@ -83,7 +86,7 @@ def test_a_term_graded_into_the_course(term_course):
     assert proc.returncode == 0, proc.stderr
     rows = _rows(book)
     assert {k[0]: r["status"] for k, r in rows.items()} == {"alice": GRADED, "bob": GRADED, "carol": GRADED,
-                                                              "dave": MISSING}
+                                                              "dave": MISSING, "erin": GRADED}
     assert rows["alice", LAB2]["score"] == 20 and rows["alice", LAB2]["penalty"] is None
     assert rows["bob", LAB2]["late_seconds"] == pytest.approx(2 * 86400 + 3 * 3600)
     assert rows["bob", LAB2]["penalty"] == 20 and rows["bob", LAB2]["score"] == 0
@@ -92,7 +95,11 @@ def test_a_term_graded_into_the_course(term_course):
     exported = term.export(course)
     assert {s: (float(r["raw_score"]), float(r["late_submission_penalty"]), float(r["score"]))
             for s, r in exported.items()} == {"alice": (20, 0, 20), "bob": (20, 20, 0), "carol": (0, 0, 0),
-                                              "dave": (0, 0, 0)}
+                                              "dave": (0, 0, 0), "erin": (0, 0, 0)}
+    # erin's Chinese lab: the English lab's cells and points, her feedback in her notebook's language
+    assert rows["erin", LAB2]["max_score"] == 20
+    assert all(re.search(r"[\u4e00-\u9fff]", c["feedback"]) for c in rows["erin", LAB2]["checks"])
+    assert not any(re.search(r"[\u4e00-\u9fff]", c["feedback"]) for c in rows["carol", LAB2]["checks"])
     assert exported["bob"]["timestamp"].startswith((DUE + datetime.timedelta(days=2, hours=3)).strftime("%Y-%m-%d %H"))
     with open(book / "grades.csv", newline="") as fh:
         csv_rows = {r["student"]: r for r in csv.DictReader(fh)}

@@ -400,3 +400,32 @@ def test_a_students_exception_inside_a_check_names_their_line_and_tb_shows_every
     assert "Traceback" not in stdout
     _, tb, _ = run(shell, "%tb")
     assert "The above exception was the direct cause" in tb and "check_callback" in tb
+
+
+def test_a_chinese_notebook_shows_its_verdicts_and_feedback_in_chinese(shell, monkeypatch):
+    """The tutor speaks the notebook's language (issue 39): the same points, the words in Chinese."""
+    from pipeline_kit.language import set_language
+    monkeypatch.setenv("PIPELINE_KIT_LANG", "zh")
+    assert tutor.register(shell)
+    try:
+        run(shell, LAB["given_1"])
+        run(shell, _answer("gpipe_grid"))
+        run(shell, WRONG_1F1B)
+        result, stdout, shown = run(shell, LAB["m042_main_gpipe_order"])
+        assert shown and shown[0].startswith("✓ m042_main_gpipe_order — 1 / 1 分")
+        result, stdout, _ = run(shell, LAB["m042_main_1f1b_order"])
+        assert not result.success
+        assert "✗ m042_main_1f1b_order — 0 / 2 分" in stdout
+        assert "one_f_one_b_grid" in stdout and "runs the GPipe order" not in stdout
+        assert re.search(r"[\u4e00-\u9fff]{4}", stdout.split("\n", 1)[1])
+    finally:
+        set_language("en")
+
+
+def test_the_tutor_reads_the_language_of_the_notebook_jupyter_opened(monkeypatch, tmp_path):
+    for folder, language in (("labs-zh", "zh_CN"), ("labs", "en")):
+        monkeypatch.setenv("JPY_SESSION_NAME", str(ROOT / folder / "lab02_timelines.ipynb"))
+        monkeypatch.delenv("PIPELINE_KIT_LANG", raising=False)
+        assert tutor.language_here({}) == language
+    monkeypatch.setenv("PIPELINE_KIT_LANG", "zh")  # (nbval, a plain IPython: no file to read)
+    assert tutor.language_here({}) == "zh_CN"

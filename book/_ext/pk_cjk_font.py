@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from html.parser import HTMLParser
@@ -39,12 +38,11 @@ from docutils import nodes
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
+from pipeline_kit.viz import cjk_font
+from pipeline_kit.viz.cjk_font import FONT_DIR_ENV
+
 logger = logging.getLogger(__name__)
 
-FONT_DIR_ENV = "PIPELINE_KIT_CJK_FONT_DIR"
-# Where distributions install the Noto CJK collections: Debian and Ubuntu (fonts-noto-cjk), Arch (noto-fonts-cjk).
-FONT_DIRS = ("/usr/share/fonts/opentype/noto", "/usr/share/fonts/noto-cjk")
-SOURCE_FAMILY = "Noto Sans CJK SC"  # the Simplified Chinese face of each collection (it holds ten faces)
 FACES = {"Regular": 400, "Bold": 700}  # style -> CSS font-weight (pk-book.css's @font-face rules name these files)
 OUT_DIR = "_static/fonts"
 LICENCE = "NotoSansCJK-LICENSE.txt"
@@ -68,13 +66,10 @@ SUBSET_VERSION = 1  # bump when the subsetting options change, so kept subsets a
 
 def source_fonts() -> dict[str, Path]:
     """The Noto Sans CJK collections (style -> path), or an ExtensionError that says what to install."""
-    override = os.environ.get(FONT_DIR_ENV)
-    folders = [Path(override)] if override else [Path(d) for d in FONT_DIRS]
-    for folder in folders:
-        found = {style: folder / f"NotoSansCJK-{style}.ttc" for style in FACES}
-        if all(path.is_file() for path in found.values()):
-            return found
-    looked = ", ".join(str(f) for f in folders)
+    found = cjk_font.source_fonts()
+    if found is not None:
+        return found
+    looked = ", ".join(str(f) for f in cjk_font.font_folders())
     raise ExtensionError(
         f"pk_cjk_font: the book's Chinese webfont is cut from Noto Sans CJK SC, and NotoSansCJK-Regular.ttc and "
         f"NotoSansCJK-Bold.ttc are not in {looked}. Install Debian's fonts-noto-cjk (apt-get install "
@@ -178,13 +173,10 @@ def characters_shown(outdir: Path) -> set[str]:
 # -- the subsets ------------------------------------------------------------------------------------------------
 
 def _face_index(path: Path) -> int:
-    """Which face of the collection is Noto Sans CJK SC (Debian's holds JP, KR, SC, TC, HK and their Mono)."""
-    from fontTools.ttLib import TTCollection
-
-    for i, font in enumerate(TTCollection(str(path), lazy=True).fonts):
-        if font["name"].getDebugName(1) == SOURCE_FAMILY:
-            return i
-    raise ExtensionError(f"pk_cjk_font: {path} has no {SOURCE_FAMILY} face")
+    try:
+        return cjk_font.face_index(path)
+    except ValueError as exc:
+        raise ExtensionError(f"pk_cjk_font: {exc}") from None
 
 
 def subset_file(style: str) -> str:

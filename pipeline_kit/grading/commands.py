@@ -64,8 +64,8 @@ def add_grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--solutions", metavar="DIR", default=None,
                    help="folder of canonical notebooks (default: the kit's solutions/)")
     p.add_argument("--json", action="store_true",
-                   help='print {"notebook", "lab", "seed", "score", "max_score", "questions", "sandbox", "checks": '
-                        '[...]} (a class: {"rows": [...], "shared_runs": {...}})')
+                   help='print {"notebook", "lab", "seed", "language", "score", "max_score", "questions", "sandbox", '
+                        '"checks": [...]} (a class: {"rows": [...], "shared_runs": {...}})')
     p.add_argument("--progress", action="store_true",
                    help="print 'running cell I/N' on stderr, a line per cell, also with --json or without a terminal "
                         "(the notebook's grade_me() reads them)")

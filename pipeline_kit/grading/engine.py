@@ -37,6 +37,8 @@ from .notebook import (
     read_notebook,
     source_dir,
 )
+from ..language import current, notebook_language, speaking, translated
+from .parts import NOT_ANSWERED
 from .report import ManualCheck, Report
 
 MAX_RESTARTS = 5
@@ -66,27 +68,29 @@ def grade_notebook(path: str | os.PathLike, sources: Path | None = None, timeout
     path = Path(path)
     warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
     student = read_notebook(path)
-    lab, canonical = canonical_for(student, path, sources)
-    merged = merge(student, canonical)
-    seed = secrets.randbelow(2**31) if seed is None else seed
-    off = sandbox.wanted(sandboxed)
-    if off and sandboxed:
-        warn(sandbox.unsandboxed_warning(off))
-    deadline = time.monotonic() + total_timeout
-    for attempt in range(1, ATTEMPTS + 1):
-        with tempfile.TemporaryDirectory(prefix="pipeline-kit-grade-", dir=work_parent()) as work:
-            run = Run(merged.nb, canonical, Path(work), sources, timeout, seed, off, progress, total_timeout, deadline)
-            try:
-                results = run.execute()
-                break
-            except MachineFailure as exc:
-                if attempt == ATTEMPTS:
-                    raise NotGraded(f"{exc} (twice: the grade was tried again in a fresh sandbox)") from None
-            finally:
-                run.stop()
-    report = build_report(str(path), lab, seed, merged, results)
-    report.sandbox = run.sandbox_report()
-    return report
+    with speaking(notebook_language(student)):  # the feedback in the notebook's language; points unchanged
+        lab, canonical = canonical_for(student, path, sources)
+        merged = merge(student, canonical)
+        seed = secrets.randbelow(2**31) if seed is None else seed
+        off = sandbox.wanted(sandboxed)
+        if off and sandboxed:
+            warn(sandbox.unsandboxed_warning(off))
+        deadline = time.monotonic() + total_timeout
+        for attempt in range(1, ATTEMPTS + 1):
+            with tempfile.TemporaryDirectory(prefix="pipeline-kit-grade-", dir=work_parent()) as work:
+                run = Run(merged.nb, canonical, Path(work), sources, timeout, seed, off, progress, total_timeout,
+                          deadline)
+                try:
+                    results = run.execute()
+                    break
+                except MachineFailure as exc:
+                    if attempt == ATTEMPTS:
+                        raise NotGraded(f"{exc} (twice: the grade was tried again in a fresh sandbox)") from None
+                finally:
+                    run.stop()
+        report = build_report(str(path), lab, seed, merged, results)
+        report.sandbox = run.sandbox_report()
+        return report
 
 
 grade = grade_notebook  # the name the CLI, the tests and the labs' instructions use
@@ -302,7 +306,7 @@ def build_report(notebook: str, lab: str, seed: int, merged, results: list[CellR
     """One check per test cell, and one manual entry per manually graded cell (its points possible and whether
     it was answered: the instructor scores it).  The answer cells right before a run of test cells are what those
     tests check: when one of them failed, a failing test says so (the test's own error is often a NameError)."""
-    report = Report(notebook, lab=lab, seed=seed)
+    report = Report(notebook, lab=lab, seed=seed, language=current())
     group: list[tuple[str, str]] = []
     after_test = False
     for i, cell in enumerate(merged.nb["cells"]):
@@ -324,12 +328,13 @@ def build_report(notebook: str, lab: str, seed: int, merged, results: list[CellR
         if res.status == "ok":
             report.add(gid, points, True, "passed")
             continue
-        feedback = _shorten(res.message.removeprefix("LabCheckFailed: "))
-        if group and not feedback.startswith("not answered yet"):
+        feedback = _shorten(translated(res.message.removeprefix("LabCheckFailed: ")))
+        if group and not feedback.startswith((NOT_ANSWERED, translated(NOT_ANSWERED))):
             if len(group) == 1:
-                feedback = f"{feedback} (your answer cell '{group[0][0]}' failed: {group[0][1]})"
+                feedback = translated(f"{feedback} (your answer cell '{group[0][0]}' failed: {group[0][1]})")
             else:
-                feedback = f"{feedback} (your answer cells failed: {'; '.join(f'{g!r}: {w}' for g, w in group)})"
+                feedback = translated(f"{feedback} (your answer cells failed: "
+                                      f"{'; '.join(f'{g!r}: {w}' for g, w in group)})")
         report.add(gid, points, res.earned if res.status == "error" else False, feedback)
     return report
 
@@ -341,5 +346,5 @@ def _shorten(text: str, limit: int = FEEDBACK_LIMIT) -> str:
 
 def _answer_problem(res: CellResult) -> str:
     if res.message.startswith("NotImplementedError"):
-        return "not answered yet"
-    return _shorten(res.message, 200)
+        return translated(NOT_ANSWERED)
+    return _shorten(translated(res.message), 200)

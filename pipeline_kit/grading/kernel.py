@@ -155,7 +155,7 @@ class StudentKernel:
             raise
         if not (isinstance(ready, dict) and ready.get("op") == "ready"):
             self.shutdown()
-            raise KernelUnavailable("the kernel did not start" + (" in time" if ready is ... else ""))
+            raise KernelUnavailable("the kernel did not start in time" if ready is ... else "the kernel did not start")
 
     @property
     def mode(self) -> str:

@@ -149,8 +149,8 @@ class KitFree:
             self.head = self._start()
         if not self.head.get("defined"):
             errors = "; ".join(str(e) for e in self.head.get("cell_errors", []))[:600]
-            raise NameError(f"{self.name} is not defined when its answer cell runs without the kit"
-                            + (f" ({errors})" if errors else "") + f" -- {WHY}")
+            shown = f" ({errors})" if errors else ""
+            raise NameError(f"{self.name} is not defined when its answer cell runs without the kit{shown} -- {WHY}")
         limit = self._timeout()
         until = time.monotonic() + limit
         if not send_line(self.to_runner, {"args": list(args)}, until):

@@ -120,6 +120,9 @@ def translated(nb, solution: Path, lang: str, problem) -> None:
         if cell.cell_type == "markdown" and not cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = "\n\n".join(have[p].string for p in paragraphs(cell.source))
             cell.source = _links(cell.source, lang)
+    # the checks' feedback and the verdicts in the same language (pipeline_kit.language): the grader and the
+    # tutor read it here; it changes no cell, so nbgrader's checksums and one gradebook for both languages hold
+    nb.metadata.setdefault("pipeline_kit", {})["language"] = LANGS[lang]
 
 
 def _links(text: str, lang: str) -> str:

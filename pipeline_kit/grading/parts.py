@@ -23,6 +23,9 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..language import counted, joiner, translated
+
+NOT_ANSWERED = "not answered yet"  # how feedback starts when the student's function is still the stub
 MAX_LISTED = 3             # failing parts or cases listed up front, then "and N more: ..." (folded in HTML)
 MAX_ITEMS = 12             # failing parts or cases listed at all; beyond them, only counted
 PART_FEEDBACK_LIMIT = 300  # characters of one failing property's message (a sentence or two); a listing of several
@@ -47,24 +50,29 @@ class OutOfTime(BaseException):
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
-    """``"1 message"``, ``"2 messages"`` (``many`` for irregular plurals): the one rule for counted words."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+    """``"1 message"``, ``"2 messages"`` (``many`` for irregular plurals): the one rule for counted words.  In a
+    language with a translation of ``word``, that counted form (``"2 条消息"``): the catalog's word carries its
+    measure word."""
+    return counted(n, word) or f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
-FOLD = re.compile(r"; and ([0-9,]+) more: ")  # where a listing folds: HTML shows what follows behind a toggle
+# where a listing folds (in each language: :func:`listing`): HTML shows what follows behind a toggle
+FOLD = re.compile(r"; and ([0-9,]+) more: |；另有 ([0-9,]+) 条：")
 
 
 def listing(messages: list[str], limit: int = MAX_LISTED) -> str:
     """Every failing part, one line of feedback: the first ``limit`` up front, then "; and N more: " and the rest
     (up to :data:`MAX_ITEMS` in all, then only counted) -- nothing a student needs is cut, and a page folds the
     rest at :data:`FOLD`."""
-    items = [m.strip().rstrip(".") for m in messages]
-    text = "; ".join(items[:limit])
+    items = [translated(m).strip().rstrip(".。") for m in messages]  # (each item on its own: joined, one could
+    # swallow the next into a field of its template)
+    sep = joiner()
+    text = sep.join(items[:limit])
     if len(items) > limit:
         listed = items[limit:max(limit, MAX_ITEMS)]
-        text += f"; and {len(items) - limit:,} more: " + "; ".join(listed)
+        text += translated(f"; and {len(items) - limit:,} more: ") + sep.join(listed)
         if len(items) > limit + len(listed):
-            text += f" (and {len(items) - limit - len(listed):,} not listed)"
+            text += translated(f" (and {len(items) - limit - len(listed):,} not listed)")
     return text
 
 
@@ -132,8 +140,8 @@ def _message(exc: BaseException) -> str:
     """A failing part's feedback: each of its failing properties (the grader's own :class:`LabCheckFailed` from
     :class:`Parts`) cut to :data:`PART_FEEDBACK_LIMIT` on its own and listed, so three mistakes show three."""
     if type(exc) is LabCheckFailed and exc.parts:
-        return listing([_shortened(m) for m in exc.parts])
-    return _shortened(str(exc) if isinstance(exc, LabCheckFailed) else f"{type(exc).__name__}: {exc}")
+        return listing([_shortened(translated(m)) for m in exc.parts])
+    return _shortened(translated(str(exc)) if isinstance(exc, LabCheckFailed) else f"{type(exc).__name__}: {exc}")
 
 
 def _shortened(text: str) -> str:

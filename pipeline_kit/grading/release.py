@@ -163,9 +163,11 @@ def _write(path: Path, text: str) -> None:
         raise ReleaseError(f"argument --labs: cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def make_release(dest: Path, solutions: Path = ROOT / "solutions", book: Path = ROOT / "book") -> str:
-    """Write the folder ``dest`` (missing or empty) for a student: ``labs/`` as make-labs makes it,
-    ``book/chapters/*.md`` and, where it was built, ``book/_build/html/``; returns the one line to print.
+def make_release(dest: Path, solutions: Path = ROOT / "solutions", book: Path = ROOT / "book",
+                 lang: str | None = None) -> str:
+    """Write the folder ``dest`` (missing or empty) for a student: ``labs/`` as make-labs makes it (``lang``: in
+    that language, as ``make-labs --lang`` makes ``labs-<lang>/``), ``book/chapters/*.md`` and, where it was built,
+    ``book/_build/html/`` (both editions); returns the one line to print.
 
     All or nothing: the release is built in a sibling folder (``.<name>.writing-*``) and renamed to ``dest`` at the
     end -- a rename onto an empty folder, never onto one that holds anything.  Before that rename every file is
@@ -186,7 +188,7 @@ def make_release(dest: Path, solutions: Path = ROOT / "solutions", book: Path = 
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(work, stat.S_IMODE(os.stat(dest).st_mode) if dest.is_dir() else 0o777 & ~umask)  # not mkdtemp's 0700
-        make_labs(solutions, work / "labs")
+        make_labs(solutions, work / "labs", lang=lang)
         labs = sorted((work / "labs").glob("*.ipynb"))
         chapters = sorted(p for p in (book / "chapters").glob("*.md") if p.is_file() and not p.is_symlink())
         (work / "book" / "chapters").mkdir(parents=True)

@@ -37,6 +37,7 @@ class Report:
     seed: int | None = None   # instructor's (``to_dict``, the gradebook), never in the text a student may see
     sandbox: dict | None = None  # how the student's code was isolated (the notebook grader's, decided by it)
     manual: list[ManualCheck] = field(default_factory=list)  # not in score or max_score: the instructor's to score
+    language: str = "en"      # the language of the feedback: the notebook's (metadata.pipeline_kit.language)
 
     @property
     def score(self) -> float:
@@ -69,7 +70,7 @@ class Report:
     def to_dict(self) -> dict:
         head = {"notebook": self.notebook}
         if self.lab is not None:
-            head.update(lab=self.lab, seed=self.seed)
+            head.update(lab=self.lab, seed=self.seed, language=self.language)
         if self.sandbox is not None:
             head.update(sandbox=self.sandbox)
         by_question = {"questions": self.questions()} if self.lab is not None else {}  # (a lab's report)

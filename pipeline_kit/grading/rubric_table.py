@@ -14,6 +14,7 @@ from __future__ import annotations
 from html import escape
 
 from . import parts
+from ..language import joiner, translated
 from .notebook import QUESTIONS, rubric_part
 from .report import MANUAL_NOTE
 from .verdict import headline, manual_headline, points
@@ -25,10 +26,10 @@ BEYOND_THE_BANK = {"zbv": "zero-bubble V (beyond the bank)", "plan": "planning a
 def _group(name: str) -> str:
     part = rubric_part(name)
     if part is None:
-        return "other checks"
+        return translated("other checks")
     question, kind = part
-    title = BEYOND_THE_BANK.get(question, question.upper())
-    return f"{title} · {'main question' if kind == 'main' else 'follow-up'}"
+    title = translated(BEYOND_THE_BANK[question]) if question in BEYOND_THE_BANK else question.upper()
+    return f"{title} · {translated('main question') if kind == 'main' else translated('follow-up')}"
 
 
 def sections(report: dict) -> list[tuple[str, list[dict], list[dict]]]:
@@ -70,15 +71,16 @@ def _subtotal(checks: list[dict], manual: list[dict]) -> str:
         return auto
     possible = _sum(manual, "max_points")
     scored = [_scored(m) for m in manual]
-    hand = (f"{round(sum(scored), 2):g} / {possible:g}" if all(s is not None for s in scored) else f"{possible:g}") + \
-        f" {'' if checks else 'points '}{MANUAL_NOTE}"
+    amount = f"{round(sum(scored), 2):g} / {possible:g}" if all(s is not None for s in scored) else f"{possible:g}"
+    hand = f"{amount} {translated(MANUAL_NOTE)}" if checks else translated(f"{amount} points {MANUAL_NOTE}")
     return f"{auto} + {hand}" if auto else hand
 
 
 def _manual_state(cell: dict) -> str:
     if _scored(cell) is not None:
-        return MANUAL_NOTE
-    return f"{MANUAL_NOTE} ({'answered' if cell.get('answered') else 'not answered yet'})"
+        return translated(MANUAL_NOTE)
+    return translated(f"{MANUAL_NOTE} (answered)") if cell.get("answered") else \
+        translated(f"{MANUAL_NOTE} (not answered yet)")
 
 
 def table_text(report: dict, hidden) -> list[str]:
@@ -87,7 +89,7 @@ def table_text(report: dict, hidden) -> list[str]:
     for title, checks, manual in sections(report):
         lines.append(f"{title}: {_subtotal(checks, manual)}")
         for c in checks:
-            mark = " (hidden cases too)" if hidden(c["name"]) else ""
+            mark = translated(" (hidden cases too)") if hidden(c["name"]) else ""
             lines.append(f"  {headline(c['name'], c['points'], c['max_points'])}{mark}")
             if c["points"] < c["max_points"]:
                 lines.append(f"      {c['feedback']}")
@@ -103,8 +105,9 @@ def folded_html(feedback: str) -> str:
     if found is None:
         return escape(feedback)
     head, rest = feedback[:found.start()], feedback[found.end():]
-    return (f'{escape(head)}; <details class="pk-more"><summary style="'
-            f'cursor:pointer;color:#1a73e8">and {escape(found.group(1))} more</summary> {escape(rest)}</details>')
+    more = translated(f"and {found.group(1) or found.group(2)} more")
+    return (f'{escape(head)}{joiner().rstrip()} <details class="pk-more"><summary style="'
+            f'cursor:pointer;color:#1a73e8">{escape(more)}</summary> {escape(rest)}</details>')
 
 
 def table_html(report: dict, hidden) -> str:
@@ -118,8 +121,9 @@ def table_html(report: dict, hidden) -> str:
         for c in checks:
             ok = c["points"] >= c["max_points"]
             mark = '<span style="color:#137333">✓</span>' if ok else '<span style="color:#c5221f">✗</span>'
-            more = ' <span style="color:#5f6368">(hidden cases too)</span>' if hidden(c["name"]) else ""
-            feedback = "passed" if ok else folded_html(c["feedback"])
+            more = f' <span style="color:#5f6368">{escape(translated(" (hidden cases too)").strip())}</span>' \
+                if hidden(c["name"]) else ""
+            feedback = escape(translated("passed")) if ok else folded_html(c["feedback"])
             name = f'<code>{escape(c["name"])}</code>'
             earned = escape(f"{c['points']:g} / {c['max_points']:g}")
             rows.append(f'<tr class="pk-check"><td>{mark}</td><td style="text-align:left">{name}{more}</td>'

@@ -22,6 +22,7 @@ from html import escape
 from pathlib import Path
 
 from ..interrupts import end_process
+from ..language import translated
 from .names import normalized
 from .notebook import GradeError, read_notebook
 from .rubric_table import table_html, table_text
@@ -147,20 +148,21 @@ class SelfGrade:
                          f"graded by your instructor, who reads what you wrote there: they are not in this score.")
         if not (self.report.get("sandbox") or {}).get("isolated", True):
             notes.append(f"The sandbox was OFF ({self.report['sandbox'].get('why')}).")
-        return notes
+        return [translated(n) for n in notes]
 
     @property
     def warning(self) -> str:
         """What the student must know before reading the table: cells on their screen that the grade did not see."""
         if not self.unsaved:
             return ""
-        return (f"Not what you see: this grades the saved file, and what you ran in {', '.join(self.unsaved)} is not "
-                "in it (edited and not saved, or added since). Save (Ctrl+S), then run grade_me() again.")
+        return translated("Not what you see: this grades the saved file, and what you ran in "
+                          f"{', '.join(self.unsaved)} is not in it (edited and not saved, or added since). Save "
+                          "(Ctrl+S), then run grade_me() again.")
 
     def __repr__(self) -> str:
         r = self.report
         lines = ([f"WARNING: {self.warning}"] if self.warning else []) + [
-            f"self-grade: {r['score']:g} / {r['max_score']:g} points", *table_text(r, self.hidden)]
+            translated(f"self-grade: {r['score']:g} / {r['max_score']:g} points"), *table_text(r, self.hidden)]
         return "\n".join(lines + [f"({n})" for n in self._notes()])
 
     def _repr_html_(self) -> str:
@@ -168,8 +170,9 @@ class SelfGrade:
         notes = "".join(f'<p style="color:#5f6368;margin:2px 0">{escape(n)}</p>' for n in self._notes())
         warn = (f'<p class="pk-unsaved" style="background:#fef7e0;border-left:4px solid #f9ab00;padding:6px 10px;'
                 f'margin:4px 0;font-weight:600">⚠ {escape(self.warning)}</p>' if self.warning else "")
-        return (f'<div class="pk-self-grade">{warn}<h4 style="margin:4px 0">Self-grade: {r["score"]:g} / '
-                f'{r["max_score"]:g} points</h4>{table_html(r, self.hidden)}{notes}</div>')
+        title = translated(f"Self-grade: {r['score']:g} / {r['max_score']:g} points")
+        return (f'<div class="pk-self-grade">{warn}<h4 style="margin:4px 0">{escape(title)}</h4>'
+                f'{table_html(r, self.hidden)}{notes}</div>')
 
 
 def _bundle(text: str, html: str) -> dict:
@@ -182,7 +185,8 @@ NO_FILE = ("grade_me() grades the notebook as last saved, but this kernel does n
 
 
 def no_file_bundle() -> dict:
-    return _bundle(NO_FILE, f'<p class="pk-self-grade-none" style="color:#5f6368">{escape(NO_FILE)}</p>')
+    text = translated(NO_FILE)
+    return _bundle(text, f'<p class="pk-self-grade-none" style="color:#5f6368">{escape(text)}</p>')
 
 
 def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str], by_id: dict[str, str] | None = None):
@@ -205,16 +209,16 @@ def grade_saved(notebook, seed, hidden, user_ns: dict, ran: list[str], by_id: di
         return None
     version = describe_version(path)
     unsaved = unsaved_cells(nb, ran, by_id)
-    start = f"Grading {version} in a sandbox…"
+    start = translated(f"Grading {version} in a sandbox…")
     handle = display(_bundle(start, f"<p>{escape(start)}</p>"), raw=True, display_id=True)
 
     def progress(line: str) -> None:
-        text = f"Grading {version} in a sandbox: {line}"
+        text = translated(f"Grading {version} in a sandbox: {line}")
         handle.update(_bundle(text, f"<p>{escape(text)}</p>"), raw=True)
 
     report, errors = run_grader(path, seed, progress)
     if report is None:
-        text = "The grader could not grade the saved notebook:\n" + "\n".join(errors)
+        text = translated("The grader could not grade the saved notebook:") + "\n" + "\n".join(errors)
         handle.update(_bundle(text, f"<pre>{escape(text)}</pre>"), raw=True)
         return None
     report.pop("seed", None)  # the hidden cases' seed is the instructor's: a self-grade neither shows nor keeps it

@@ -67,9 +67,9 @@ def parse_grid(text: str, fwd_slots: int = 1, bwd_slots: int = 1,
                 raise GridError(f"row {lineno}: the drawing has more than the limit of {MAX_OPS:,} cells (MAX_OPS)")
             if token == "-":
                 if pending == 0:
+                    lengths = ", ".join(f"{k} takes {n}" for k, n in slots.items() if split_backward or k in "FB")
                     raise GridError(f"row {lineno} (r{rank}), column {col}: '-' continues an op, but no op here is "
-                                    f"that long (" + ", ".join(f"{k} takes {n}" for k, n in slots.items()
-                                                               if split_backward or k in "FB") + " slot(s))")
+                                    f"that long ({lengths} slot(s))")
                 pending -= 1
                 continue
             if pending:
@@ -121,8 +121,9 @@ def check_timeline(text: str, pp: int, microbatches: int, schedule: str = "1f1b"
         missing = [r for r in range(pp) if r not in rows]
         extra = [r for r in rows if r >= pp]
         if missing or extra:
-            raise GridError(f"expected rows r0..r{pp - 1}" + (f"; missing {[f'r{r}' for r in missing]}" if missing
-                            else "") + (f"; unexpected {[f'r{r}' for r in extra]}" if extra else ""))
+            lacking = f"; missing {[f'r{r}' for r in missing]}" if missing else ""
+            unexpected = f"; unexpected {[f'r{r}' for r in extra]}" if extra else ""
+            raise GridError(f"expected rows r0..r{pp - 1}{lacking}{unexpected}")
     except GridError as exc:
         for check, pts in RUBRIC.items():
             report.add(check, pts, False, f"the drawing cannot be read: {exc}")
@@ -153,10 +154,10 @@ def check_timeline(text: str, pp: int, microbatches: int, schedule: str = "1f1b"
                     wgrad=slots["W"]).makespan
     if complete and timing is None:
         end = max(slot + slots[op.kind] for (r, op), slot in start.items())
+        idle = "" if end <= best else \
+            f": {end - best:g} slot(s) of avoidable idle — start each op as soon as its inputs are there"
         report.add("shortest makespan", RUBRIC["shortest makespan"], end <= best,
-                   f"the drawing ends after slot {end}; the shortest {schedule} step is {best:g} slots"
-                   + ("" if end <= best else f": {end - best:g} slot(s) of avoidable idle — start each op as "
-                                            f"soon as its inputs are there"))
+                   f"the drawing ends after slot {end}; the shortest {schedule} step is {best:g} slots{idle}")
     else:
         report.add("shortest makespan", RUBRIC["shortest makespan"], False,
                    f"not assessed until every op is drawn once with its dependencies respected (the shortest "

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..inputs import excerpt
 from . import names, parts, self_grade, verdict
+from ..language import environment_language, notebook_language, set_language, translated
 from .notebook import DEFAULT_TIMEOUT, GradeError, cell_kind, nbgrader_meta, read_notebook, source_dir
 from .report import Report
 
@@ -165,8 +166,8 @@ class Stopped(CheckFailed):
 
     def __init__(self, cell: CheckCell, exc: BaseException, limit: float, note: str):
         where = _running_line(exc)
-        why = (f"your code did not finish in {limit:g} s (the grade's limit for this cell)"
-               if isinstance(exc, _OutOfTime) else "interrupted before the check finished")
+        why = (translated(f"your code did not finish in {limit:g} s (the grade's limit for this cell)")
+               if isinstance(exc, _OutOfTime) else translated("interrupted before the check finished"))
         outcome = parts.CellOutcome(0.0, f"{why}{where}")
         super().__init__(cell, 0.0, outcome, note)
         self.errors = []
@@ -175,7 +176,7 @@ class Stopped(CheckFailed):
 def _running_line(exc: BaseException) -> str:
     """``: it was running line 3 of your code (in f), `...``` -- or nothing where the kit's own work was running."""
     where = verdict.students_line(exc)
-    return f": it was running {where}" if where else ""
+    return translated(f": it was running {where}") if where else ""
 
 
 def _items(text: str, exc: BaseException) -> list[str]:
@@ -185,25 +186,27 @@ def _items(text: str, exc: BaseException) -> list[str]:
     if not listed:
         return [_readable(text, exc)]
     more = len(listed) - parts.MAX_ITEMS
-    return listed[:parts.MAX_ITEMS] + ([f"and {more:,} more, not listed"] if more > 0 else [])
+    return [translated(m) for m in listed[:parts.MAX_ITEMS]] + \
+        ([translated(f"and {more:,} more, not listed")] if more > 0 else [])
 
 
 def _readable(text: str, exc: BaseException) -> str:
     """A part's feedback; a name the cell needs that is not defined yet says which cell to run."""
     if type(exc) is NameError and getattr(exc, "name", None):
-        return (f"{exc.name} is not defined yet: run the cell above that sets it (write your answer there in "
-                f"place of `raise NotImplementedError()`)")
+        return translated(f"{exc.name} is not defined yet: run the cell above that sets it (write your answer there "
+                          f"in place of `raise NotImplementedError()`)")
     return text
 
 
 def _note(cell: CheckCell, source: str) -> str:
     if names.visible_part(source) != source:
-        return "visible and hidden cases"
+        return translated("visible and hidden cases")
     if cell.hidden:
-        return "visible cases; the grade adds hidden ones: grade_me() at the end of the lab runs them all"
+        return translated("visible cases; the grade adds hidden ones: grade_me() at the end of the lab runs them all")
     if cell.hidden is None:
-        return "visible cases; the grade may add hidden ones: grade_me() at the end of the lab runs them all"
-    return "the same cases as the grade"
+        return translated("visible cases; the grade may add hidden ones: grade_me() at the end of the lab runs them "
+                          "all")
+    return translated("the same cases as the grade")
 
 
 def run_check_cell(grade_id: str, source: str, namespace: dict | None = None) -> None:
@@ -346,12 +349,26 @@ def _transform(lines: list[str]) -> list[str]:
     return [f"{call}({cell.grade_id!r}, {source!r})\n"]
 
 
+def language_here(user_ns: dict) -> str:
+    """The language of the notebook this kernel runs: ``PIPELINE_KIT_LANG``, else the saved notebook's own
+    (``metadata.pipeline_kit.language``: the file Jupyter or VS Code says it opened), else English."""
+    chosen = environment_language()
+    if chosen is not None:
+        return chosen
+    try:
+        path = self_grade.saved_notebook(None, user_ns)
+        return notebook_language(read_notebook(path)) if path is not None else "en"
+    except (GradeError, OSError, ValueError):
+        return "en"
+
+
 def register(shell=None) -> bool:
     """Show verdicts under the labs' check cells in ``shell`` (the running IPython); True when it is on."""
     shell = shell if shell is not None else (_shell() if "IPython" in sys.modules else None)
     transformers = getattr(shell, "input_transformers_post", None)
     if not isinstance(transformers, list):
         return False
+    set_language(language_here(shell.user_ns))
     if _transform not in transformers:
         transformers.append(_transform)
     events = getattr(shell, "events", None)

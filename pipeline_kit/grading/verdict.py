@@ -3,10 +3,11 @@ only when the student's own code raised -- the student's frames, never the kit's
 
 Why a renderer of its own: IPython shows an exception as a traceback through every frame it crossed, and for a
 failed check those frames are the kit's (the check, ``common.call``, the partial-credit runner): twenty-five lines a
-student cannot act on, around the one line of feedback they need.  IPython asks an exception for
-``_render_traceback_`` before it formats one; the kit's check failures answer with these lines.  The cell still
-fails (nbgrader and nbval see an error), and the whole traceback stays one command away (``%tb``).
-No kit imports here: :mod:`.questions.common` and :mod:`.tutor` both use it.
+student cannot act on, around the one line of feedback they need. IPython asks an exception for
+``_render_traceback_`` before it formats one; the kit's check failures answer with these lines. The cell still fails
+(nbgrader and nbval see an error), and the whole traceback stays one command away (``%tb``). No kit imports here
+(but :mod:`pipeline_kit.language`, which imports none): :mod:`.questions.common` and :mod:`.tutor` both use it.
+Every line is in the notebook's language.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import sys
 import sysconfig
 import textwrap
+
+from ..language import translated
 
 RED, GREEN, DIM, BOLD, RESET = "\x1b[31m", "\x1b[32m", "\x1b[2m", "\x1b[1m", "\x1b[0m"
 WIDTH = 100
@@ -27,12 +30,12 @@ _LIBRARIES = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_p
 
 def points(earned: float, max_points: float) -> str:
     """``"2 / 2 points"``, ``"0.67 / 2 points"``, ``"1 / 1 point"``."""
-    return f"{round(earned, 2):g} / {max_points:g} point{'' if max_points == 1 else 's'}"
+    return translated(f"{round(earned, 2):g} / {max_points:g} point{'' if max_points == 1 else 's'}")
 
 
 def headline(name: str, earned: float, max_points: float) -> str:
     """The verdict line: ``✓ m042_main_1f1b_order — 2 / 2 points`` or ``✗ ... — 0 / 2 points``."""
-    return f"{'✓' if earned >= max_points else '✗'} {name} — {points(earned, max_points)}"
+    return f"{'✓' if earned >= max_points else '✗'} {name} — {points(earned, max_points)}"  # (points: translated)
 
 
 def manual_headline(name: str, max_points: float, answered: bool, earned: float | None = None) -> str:
@@ -40,8 +43,8 @@ def manual_headline(name: str, max_points: float, answered: bool, earned: float 
     instructor (answered)``; with the instructor's score, ``✎ ... — 1.5 / 2 points, graded by your instructor``."""
     shown = f"{max_points:g} point{'' if max_points == 1 else 's'} possible" if earned is None else \
         points(earned, max_points)
-    state = "" if earned is not None else " (answered)" if answered else " (not answered yet)"
-    return f"✎ {name} — {shown}, graded by your instructor{state}"
+    state = "" if earned is not None else translated(" (answered)") if answered else translated(" (not answered yet)")
+    return translated(f"✎ {name} — {shown}, graded by your instructor{state}")
 
 
 def wrapped(text: str, indent: str = "  ") -> list[str]:
@@ -91,7 +94,8 @@ def students_line(exc: BaseException) -> str:
         return ""
     code = found.tb_frame.f_code
     text = linecache.getline(code.co_filename, found.tb_lineno).strip()
-    return f"line {found.tb_lineno} of your code (in {code.co_name})" + (f", `{text[:80]}`" if text else "")
+    shown = f", `{text[:80]}`" if text else ""
+    return translated(f"line {found.tb_lineno} of your code (in {code.co_name}){shown}")
 
 
 def traceback_lines(exc: BaseException, tb) -> list[str]:
@@ -121,6 +125,6 @@ def failure_lines(title: str, messages: list[str], errors: list[BaseException], 
     for exc in errors:
         frames = students_frames(exc)
         if frames:
-            lines += ["", "  raised in your code:", *frames]
+            lines += ["", "  " + translated("raised in your code:"), *frames]
             break
-    return lines + [f"{DIM}  {footer}{RESET}"]
+    return lines + [f"{DIM}  {translated(footer)}{RESET}"]

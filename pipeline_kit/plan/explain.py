@@ -99,9 +99,9 @@ def _against(best: Candidate, a: dict[str, float], other: Candidate, role: str, 
                 f"({100 * margin:+.2f} %, inside the {100 * tolerance:g} % tolerance), so neither decided; "
                 f"{flipping_assumption(a, b)} could flip them.", factor)
     rest = ", ".join(f"{f} {1e3 * (b[f] - a[f]):+.1f} ms" for f in FACTORS if f != factor and abs(b[f] - a[f]) > 5e-5)
+    others = f"; the other factors: {rest}" if rest else ""
     return (f"Against the {role}, {other.label()} at {1e3 * other.step_time_s:.1f} ms: {FACTOR_WORDS[factor]} decided "
-            f"({factor} {1e3 * gain:+.1f} ms for the {role}" + (f"; the other factors: {rest}" if rest else "")
-            + ").", factor)
+            f"({factor} {1e3 * gain:+.1f} ms for the {role}{others}).", factor)
 
 
 def _tie_sentence(search: Search, best: Candidate, mine: dict[str, float], parts_of) -> str:
@@ -112,15 +112,16 @@ def _tie_sentence(search: Search, best: Candidate, mine: dict[str, float], parts
     fastest = search.candidates[search.fastest]
     depths = sorted({search.candidates[i].pp for i in ties})
     families = list(dict.fromkeys(search.candidates[i].schedule for i in ties))
-    text = (f"{len(ties)} candidates are within {100 * search.tolerance:g} % of the fastest (pp "
+    if fastest is best:
+        which = ", and that is the fastest too."
+    else:
+        margin = best.step_time_s / fastest.step_time_s - 1
+        which = (f": this one, {100 * margin:+.2f} % against the fastest, {fastest.label()}; "
+                 f"{flipping_assumption(mine, parts_of(fastest))} could flip them.")
+    return (f"{len(ties)} candidates are within {100 * search.tolerance:g} % of the fastest (pp "
             f"{', '.join(map(str, depths))}; {', '.join(families)}), a tie for the planner's estimates: it takes "
             "the simplest (fewer pipeline stages, one chunk a rank, a family more frameworks run, the framework's "
-            "own layer split, less memory)")
-    if fastest is best:
-        return text + ", and that is the fastest too."
-    margin = best.step_time_s / fastest.step_time_s - 1
-    return (text + f": this one, {100 * margin:+.2f} % against the fastest, {fastest.label()}; "
-            f"{flipping_assumption(mine, parts_of(fastest))} could flip them.")
+            f"own layer split, less memory){which}")
 
 
 def explain(search: Search) -> Why:

@@ -160,16 +160,15 @@ def interleaved(
     if not pp <= group <= microbatches:
         raise ScheduleConfigError(
             f"interleaved needs the microbatch group size in [pp={pp}, microbatches={microbatches}], "
-            f"got {shown(group)}" + (" (microbatches must be at least pp)" if microbatches < pp else "")
+            f"got {shown(group)}{' (microbatches must be at least pp)' if microbatches < pp else ''}"
         )
     remainder = microbatches % group
     if 0 < remainder < pp:
+        such_as = f" such as {microbatches - remainder}" if microbatches - remainder >= group else ""
         raise ScheduleConfigError(
             f"interleaved refuses microbatches={microbatches} with group size {group}: the last group "
             f"would hold {remainder} < pp={pp} microbatches, which stalls the pipeline (Megatron raises "
-            f"the same error); use a multiple of {group}"
-            + (f" such as {microbatches - remainder}" if microbatches - remainder >= group else "")
-            + f" or {microbatches - remainder + group}"
+            f"the same error); use a multiple of {group}{such_as} or {microbatches - remainder + group}"
         )
     table = _interleaved_table(microbatches, chunks, group)
     ranks = []

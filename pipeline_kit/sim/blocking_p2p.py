@@ -61,8 +61,7 @@ class Comm:
     name: str
 
     def text(self) -> str:
-        arrow = "from" if self.kind == "recv" else "to"
-        return f"{self.kind} {self.name} {arrow} rank {self.peer}"
+        return f"{self.kind} {self.name} {'from' if self.kind == 'recv' else 'to'} rank {self.peer}"
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def plan_plot(search: Search, width: float = COLUMN_IN, height: float = 4.2, *, 
         pts = [(c.worst_memory_bytes / GB, 1e3 * c.step_time_s) for c in fit]
         front = pareto_front(pts)
         ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], color="black", lw=1, ls="--", zorder=2,
-                label="Pareto front" + (" (of the simulated)" if bounded else ""))
+                label="Pareto front (of the simulated)" if bounded else "Pareto front")
     if bounded:
         ax.scatter([c.worst_memory_bytes / GB for c in bounded], [1e3 * c.bound_s for c in bounded], s=14,
                    facecolors="none", edgecolors="#888888", lw=0.8, zorder=1,
@@ -78,7 +78,7 @@ def plan_plot(search: Search, width: float = COLUMN_IN, height: float = 4.2, *, 
         ax.scatter([best.worst_memory_bytes / GB], [1e3 * best.step_time_s], s=120, facecolors="none",
                    edgecolors="black", lw=1.5, zorder=4, label="the pick")
         ax.annotate(best.label(), (best.worst_memory_bytes / GB, 1e3 * best.step_time_s), xytext=(8, 6),
-                    textcoords="offset points", fontsize=7.5)
+                    textcoords="offset points", fontsize=7.5, family="monospace")  # (a label: as the CLI prints it)
     # where what has no step time is drawn: the top of what has one, or a bound
     top = max([1e3 * c.step_time_s for c in fit] + [1e3 * c.bound_s for c in bounded], default=1.0)
     for label, c in marks:
@@ -107,13 +107,13 @@ def counts(search: Search) -> str:
     refusals (the crosses) apart from the others, which have no memory to draw, by kind, the commonest first."""
     fit = sum(c.fits for c in search.candidates)
     kinds = search.refusals
-    words = [f"{fit} candidate{'' if fit == 1 else 's'} fit{'s' if fit == 1 else ''}"]
+    words = [f"{fit} candidate fits" if fit == 1 else f"{fit} candidates fit"]
     if kinds.get("memory"):
         words.append(f"{kinds.pop('memory')} too big")
     if kinds:
         named = [f"the {k}" for k in kinds]
-        words.append(f"{sum(kinds.values())} refused by " + (" or ".join(named) if len(named) < 3 else
-                                                             ", ".join(named[:-1]) + " or " + named[-1]))
+        by = " or ".join(named) if len(named) < 3 else f"{', '.join(named[:-1])} or {named[-1]}"
+        words.append(f"{sum(kinds.values())} refused by {by}")
     return ", ".join(words)
 
 

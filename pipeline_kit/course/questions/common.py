@@ -27,10 +27,7 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from pathlib import Path
 
-from ...grading.parts import LabCheckFailed, OutOfTime, listing
-
-
-NOT_ANSWERED = "not answered yet"  # how feedback starts when the student's function is still the stub
+from ...grading.parts import NOT_ANSWERED, LabCheckFailed, OutOfTime, listing
 
 
 def fail(message: str) -> None:

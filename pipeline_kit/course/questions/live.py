@@ -120,8 +120,8 @@ def _check_callback(forward_step, rng: random.Random) -> None:
     res = info["res"]
     if "raised" in res:
         where = res.get("where")
-        fail(f"loss_func(<output_tensor>) raised {res['raised']}" + (f", at {where}" if isinstance(where, str) and
-                                                                     where else ""))
+        at = f", at {where}" if isinstance(where, str) and where else ""
+        fail(f"loss_func(<output_tensor>) raised {res['raised']}{at}")
     _expect_pair(res, "loss_func", "(loss, dict)",
                  "loss_func returned only the loss; Megatron's contract is (loss, {'lm loss': loss.detach()}) -- "
                  "the dict is what gets logged and averaged")

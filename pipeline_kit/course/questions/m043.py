@@ -292,7 +292,7 @@ def _check_order(func, cases, phases=None) -> None:
             if reused():
                 break  # the student's own phases, joined: where they differ from 1F1B, their checks charge it
             fail(f"pp={pp}, M={m}, rank {r}, op {i + 1}: got {mine[i].text()}, not 1F1B's op there -- "
-                 + _explain(pp, m, r, i, mine, theirs))
+                 f"{_explain(pp, m, r, i, mine, theirs)}")
 
 
 def _readable(ops, m) -> bool:

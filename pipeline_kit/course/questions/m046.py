@@ -142,9 +142,9 @@ def check_boundary_messages(fn, cases) -> None:
                 if got == want:
                     continue
                 if not got:
-                    fail(f"{what} has no {tensor!r} messages: " + (
-                        "forward sends every boundary activation on, once per microbatch" if tensor == "activation"
-                        else "backward sends the gradient of every boundary activation back, once per microbatch"))
+                    why = ("forward sends every boundary activation on, once per microbatch" if tensor == "activation"
+                           else "backward sends the gradient of every boundary activation back, once per microbatch")
+                    fail(f"{what} has no {tensor!r} messages: {why}")
                 if tensor == "activation_grad" and any(x[2] < x[3] for x in got):
                     x = min(x for x in got if x[2] < x[3])
                     fail(f"{what}: {x} sends a gradient from stage {x[2]} to {x[3]}; gradients flow backward, from "

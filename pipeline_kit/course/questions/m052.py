@@ -183,11 +183,11 @@ def check_steps(measurement_steps) -> None:
                  "divide": "ranks are not alike: dividing the job's peak by pp is the 'parameters / PP' mistake again"}
         bad = [f"{step!r}: {why}" for step, why in wrong.items() if step in order]
         if bad:
-            fail("measurement_steps includes " + "; and ".join(bad))
+            fail(f"measurement_steps includes {'; and '.join(bad)}")
     with parts.part():
         missing = [s for s in STEPS if s not in order]
         if missing:
-            fail(f"measurement_steps misses {missing}: " + ", ".join(MENU[s] for s in missing))
+            fail(f"measurement_steps misses {missing}: {', '.join(MENU[s] for s in missing)}")
     with parts.part():
         mine = [s for s in order if s in STEPS]
         if mine != [s for s in STEPS if s in mine]:
@@ -239,9 +239,9 @@ def _run_form(got, want: dict, label: str) -> None:
     right = values is not None and len(values) == 2 and all(
         isinstance(x, (list, tuple)) and list(x) == list(want[k]) for x, k in zip(values, RUN_KEYS))
     kind = type(got).__name__
-    fail(f"predict_run on {label} returned a {kind}" + (f" with keys {sorted(map(str, got))}" if isinstance(got, dict)
-                                                       else "") +
-         f"; it must return {RUN_FORM}" + (" -- the values are right, only the form is not" if right else ""))
+    keys = f" with keys {sorted(map(str, got))}" if isinstance(got, dict) else ""
+    only_form = " -- the values are right, only the form is not" if right else ""
+    fail(f"predict_run on {label} returned a {kind}{keys}; it must return {RUN_FORM}{only_form}")
 
 
 @check
@@ -500,17 +500,17 @@ def check_snapshot(snapshot, cases) -> None:
         if list(got) == want:
             continue
         s = result.schedule
-        label = f"snapshot of {s.name} pp={s.pp} M={s.microbatches}" + (f" v={s.chunks}" if s.chunks > 1 else "") + \
-            f" at t={t}"
-        known = [(_live(result, t, strict=True), "a forward starts on rank {} at exactly t: its activations are live "
-                  "from that instant, so count forwards with start <= t"),
-                 (_live(result, t, b_time="start"), "rank {} is in the middle of a backward: the activations are "
-                  "freed when the backward ends, not when it starts"),
-                 (_live(result, t, f_time="end"), "rank {} is in the middle of a forward: its activations are being "
-                  "saved, so count a microbatch from its forward's start")]
+        chunks = f" v={s.chunks}" if s.chunks > 1 else ""
+        label = f"snapshot of {s.name} pp={s.pp} M={s.microbatches}{chunks} at t={t}"
+        known = [(_live(result, t, strict=True), lambda r: f"a forward starts on rank {r} at exactly t: its "
+                  "activations are live from that instant, so count forwards with start <= t"),
+                 (_live(result, t, b_time="start"), lambda r: f"rank {r} is in the middle of a backward: the "
+                  "activations are freed when the backward ends, not when it starts"),
+                 (_live(result, t, f_time="end"), lambda r: f"rank {r} is in the middle of a forward: its activations "
+                  "are being saved, so count a microbatch from its forward's start")]
         match = next(((c, why) for c, why in known if list(got) == c), None)
         if match is not None:
-            why = match[1].format(next(r for r in range(s.pp) if match[0][r] != want[r]))
+            why = match[1](next(r for r in range(s.pp) if match[0][r] != want[r]))
         else:
             rank = next((r for r in range(s.pp) if r < len(got) and got[r] != want[r]), 0)
             why = (f"rank {rank}'s count is off: count the chunk activations between a forward's start and its "

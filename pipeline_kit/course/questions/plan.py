@@ -13,7 +13,10 @@ is :mod:`.plan_problem`.  Typical wrong answers are recognised by value.
 
 from __future__ import annotations
 
+import re
+
 from ...plan.explain import DECIDERS, FACTORS, breakdown, deciding_factor
+from ...language import translated
 from ...grading.parts import Parts
 from .common import (
     LabCheckFailed,
@@ -165,8 +168,9 @@ def check_feasible(config) -> None:
 
 
 def _first_sentence(text: str) -> str:
-    """What is wrong, without the why that follows the first colon: the feasibility check gives the whole."""
-    return text.split(": ", 1)[0]
+    """What is wrong, without the why that follows the first colon: the feasibility check gives the whole (in the
+    notebook's language: the whole translated first, then cut)."""
+    return re.split(r": |：", translated(text), maxsplit=1)[0]
 
 
 def _cannot_run(config) -> None:

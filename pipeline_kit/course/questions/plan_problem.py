@@ -117,11 +117,10 @@ def runnable(config, what: str = "my_config") -> Candidate:
     per_replica = dp * model.micro_batch_size
     want_m = LAB_GLOBAL_BATCH // per_replica
     if LAB_GLOBAL_BATCH % per_replica or m != want_m:
+        whole = f" (at pp = {pp} that is not a whole number)" if LAB_GLOBAL_BATCH % per_replica else ""
         fail(f"{what}['microbatches'] = {m}, but M follows from the global batch: PROBLEM['global_batch'] sequences "
              "a step, shared by dp = gpus / pp data-parallel replicas, each fed in micro-batches of "
-             "model.micro_batch_size" + ("" if not LAB_GLOBAL_BATCH % per_replica else
-                                         f" (at pp = {pp} that is not a whole number)")
-             + f" {book('planning', 'What the planner does')}")
+             f"model.micro_batch_size{whole} {book('planning', 'What the planner does')}")
     if chunks < 1:
         fail(f"{what}['chunks'] must be at least 1, got {chunks}")
     sched = schedule_of(name, pp, chunks, m, what)
