@@ -107,14 +107,21 @@ def counts(search: Search) -> str:
     refusals (the crosses) apart from the others, which have no memory to draw, by kind, the commonest first."""
     fit = sum(c.fits for c in search.candidates)
     kinds = search.refusals
-    words = [f"{fit} candidate fits" if fit == 1 else f"{fit} candidates fit"]
-    if kinds.get("memory"):
-        words.append(f"{kinds.pop('memory')} too big")
-    if kinds:
-        named = [f"the {k}" for k in kinds]
-        by = " or ".join(named) if len(named) < 3 else f"{', '.join(named[:-1])} or {named[-1]}"
-        words.append(f"{sum(kinds.values())} refused by {by}")
-    return ", ".join(words)
+    fits = f"{fit} candidate fits" if fit == 1 else f"{fit} candidates fit"
+    big, named = kinds.pop("memory", 0), list(kinds)
+    refused = sum(kinds.values())
+    # one sentence per shape, each a message of its own (pipeline_kit.language): the Chinese edition's title
+    if len(named) == 1:
+        by = f"the {named[0]}"
+    elif len(named) == 2:
+        by = f"the {named[0]} or the {named[1]}"
+    else:
+        by = f"{', '.join(f'the {k}' for k in named[:-1])} or the {named[-1]}"
+    if big and refused:
+        return f"{fits}, {big} too big, {refused} refused by {by}"
+    if big:
+        return f"{fits}, {big} too big"
+    return f"{fits}, {refused} refused by {by}" if refused else fits
 
 
 def _checked_marks(arg: Arguments, marks) -> list[tuple[str, Candidate]]:
