@@ -354,10 +354,11 @@ def _composed(message: str, lang: str, depth: int, domains: tuple[str, ...]) -> 
         return _NAMES_JOIN.sub(lambda m: marks[m.group(1).removeprefix(",") if m.group(1) != ", " else ", "], message)
     top = _top_level(message)
     found = [done for done in _cut_ways(message, top, marks, lang, depth, domains) if done is not None]
-    return min(found, key=_english_words) if found else None
+    return min(found, key=english_words) if found else None
 
 
-def _english_words(text: str) -> int:
+def english_words(text: str) -> int:
+    """How many English words ``text`` shows outside code spans and quotes."""
     return len(_WORD.findall(re.sub(r"`[^`]*`|'[^']*'", " ", text)))
 
 

@@ -35,12 +35,12 @@ const [i, source, done] = arguments;
 """
 
 
-def _student_notebook(path: Path) -> dict[str, int]:
-    """labs/lab02 with every answer cell written as the model answer, but for a wrong 1F1B drawing; returns
-    grade_id -> cell index."""
+def _student_notebook(path: Path, labs: Path = ROOT / "labs") -> dict[str, int]:
+    """labs/lab02 (or ``labs``' lab 2) with every answer cell written as the model answer, but for a wrong 1F1B
+    drawing; returns grade_id -> cell index."""
     solution = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
                 for c in nbformat.read(ROOT / "solutions" / NAME, as_version=4).cells}
-    nb = nbformat.read(ROOT / "labs" / NAME, as_version=4)
+    nb = nbformat.read(labs / NAME, as_version=4)
     index = {}
     for i, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader", {})
@@ -132,6 +132,30 @@ def test_check_cells_show_their_verdicts_and_the_last_cell_the_whole_grade(lab, 
     assert len(rows) == len(report["checks"])
     # it wrote nothing: the folder holds the student's notebook only (JupyterLab's own checkpoints aside)
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [NAME]
+
+
+def test_a_chinese_lab_speaks_chinese_in_its_verdicts_and_its_self_grade(lab, tmp_path):
+    """labs-zh's lab 2 in JupyterLab (issue 39): the kernel learns the notebook's language from the file Jupyter
+    opened (its metadata), so each verdict, its feedback and the self-grade are Chinese, with the English lab's
+    points."""
+    lab, index, root = lab
+    (root / "zh").mkdir()
+    _student_notebook(root / "zh" / NAME, ROOT / "labs-zh")
+    lab.driver.get(f"{lab.base}/lab?token={lab.token}")
+    lab.open(f"zh/{NAME}")
+    cross, tick, last = index["m042_main_1f1b_order"], index["m042_main_gpipe_order"], index["self_grade"]
+    lab.run(list(range(index["m043_follow_dependencies"] + 1)) + [last])
+    lab.wait(lambda: "✗" in _text(lab, cross), 60, "the ✗ verdict", cell=cross)
+    shown = _text(lab, cross)
+    assert "✗ m042_main_1f1b_order — 0 / 2 分" in shown and "✓ m042_main_gpipe_order — 1 / 1 分" in _text(lab, tick)
+    assert "one_f_one_b_grid" in shown and "runs the GPipe order" not in shown and "Traceback" not in shown
+    assert re.search(r"[\u4e00-\u9fff]{6}", shown.split("分", 1)[1]) and "the full traceback" not in shown, shown
+    _shot(lab, lab.outputs(cross)[0], "lab02-zh-verdict.png", tmp_path)
+    table = lab.wait(lambda: lab.driver.find_elements("css selector", ".jp-OutputArea-output .pk-self-grade"), 240,
+                     "the self-grade's table", cell=last)[0]
+    text = table.get_property("textContent")
+    assert "自评" in text and "M042 · 主问题" in text and "runs the GPipe order" not in text, text[:400]
+    _shot(lab, table, "lab02-zh-self-grade.png", tmp_path)
 
 
 # The classic notebook (Notebook 7) at /notebooks/PATH: its page holds one notebook, already open.

@@ -134,7 +134,8 @@ class CheckFailed(AssertionError):
         if getattr(self, "_shown", False):
             return verdict.traceback_lines(self, self.__traceback__)
         self._shown = True
-        return verdict.failure_lines(self.title, self.messages, self.errors, f"{self.note} · {verdict.FULL_TRACEBACK}")
+        return verdict.failure_lines(self.title, self.messages, self.errors,
+                                     f"{self.note} · {translated(verdict.FULL_TRACEBACK)}")
 
 
 class _OutOfTime(parts.OutOfTime):

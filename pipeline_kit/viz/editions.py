@@ -19,10 +19,12 @@ import re
 from contextlib import contextmanager
 from html import escape
 
+import matplotlib as mpl
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, FuncFormatter
 
-from ..language import book_domains, catalog, translated
+from ..language import book_domains, catalog, english_words, translated
 from .cjk_font import matplotlib_family
 from .figure import FigureTuple, KitAxes, png_bytes
 
@@ -59,34 +61,66 @@ def _wrapped(text: str, width: int) -> str:
     return "\n".join([*lines, line.rstrip()] if line.strip() else lines)
 
 
+def _in_language(words: str, lang: str, page: str | None) -> str:
+    """One text of a drawing in ``lang``: as a message, or -- a label the drawing wrapped -- its lines joined into
+    one message and wrapped again, whichever leaves fewer English words."""
+    new = translated(words, lang, domains=book_domains(page))
+    if "\n" in words:
+        joined = " ".join(words.split())
+        found = translated(joined, lang, domains=book_domains(page))
+        if found != joined:
+            wrapped = _wrapped(found, max(map(len, words.split("\n"))))
+            new = min((new, wrapped), key=english_words)
+    return new
+
+
+def _speaking(formatter, lang: str, page: str | None, left: list[str]):
+    """``formatter``'s tick labels in ``lang`` (a named tick, ``set_yticks(..., names)``; a number stays a number),
+    each English one left noted in ``left``."""
+    def label(x, pos=None):
+        words = formatter(x, pos)
+        if not any(c.isalpha() for c in words):
+            return words
+        done = _in_language(words, lang, page)
+        left.extend(w for w in _ENGLISH.findall(done) if w not in left)
+        return done
+    return label
+
+
 @contextmanager
 def drawn_in(fig: Figure, lang: str, page: str | None = None):
     """``fig`` with its words in ``lang`` inside the block (and as it was after it), from the catalogs of the book's
     ``page`` (its code cells') and the kit's drawing modules; yields the texts that stay English (two English words
-    or more in a row, once translated), for a check that none do."""
+    or more in a row, once translated), for a check that none do.  Tick labels a drawing named (``set_yticks(...,
+    names)``) are its formatter's: they are translated there, drawn in the same font."""
     texts = _texts(fig)
     before = [(t, t.get_text(), t.get_fontfamily()) for t in texts]
+    formatters = [(axis, axis.get_major_formatter()) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+                  if isinstance(axis.get_major_formatter(), (FuncFormatter, FixedFormatter))]  # (named ticks)
     left: list[str] = []
     try:
         family = matplotlib_family(_chinese_characters(page)) if lang != "en" else None
         for text, words, fonts in before:
             if "monospace" in fonts:
                 continue  # code drawn in a figure: as it is written
-            new = translated(words, lang, domains=book_domains(page))
-            if "\n" in words:  # a label the drawing wrapped: its words as one message, wrapped again
-                joined = " ".join(words.split())
-                found = translated(joined, lang, domains=book_domains(page))
-                if found != joined:
-                    new = _wrapped(found, max(map(len, words.split("\n"))))
+            new = _in_language(words, lang, page)
             if family is not None and _HAN.search(new):
                 text.set_text(new)
                 text.set_fontfamily([family, *fonts])
             left += _ENGLISH.findall(re.sub(r"\$[^$]*\$", " ", text.get_text()))
+        if family is not None:
+            for axis, fmt in formatters:
+                axis.set_major_formatter(FuncFormatter(_speaking(fmt, lang, page, left)))
+                axis.set_tick_params(labelfontfamily=[family, *mpl.rcParams["font.family"]])
         yield left
     finally:
         for text, words, fonts in before:
             text.set_text(words)
             text.set_fontfamily(fonts)
+        if family is not None:
+            for axis, fmt in formatters:
+                axis.set_major_formatter(fmt)
+                axis.set_tick_params(labelfontfamily=mpl.rcParams["font.family"])
 
 
 def both_editions_html(fig: Figure, page: str | None = None) -> str:
