@@ -100,6 +100,8 @@ def test_a_term_graded_into_the_course(term_course):
     assert rows["erin", LAB2]["max_score"] == 20
     assert all(re.search(r"[\u4e00-\u9fff]", c["feedback"]) for c in rows["erin", LAB2]["checks"])
     assert not any(re.search(r"[\u4e00-\u9fff]", c["feedback"]) for c in rows["carol", LAB2]["checks"])
+    page = (course / "feedback" / "erin" / "lab02" / f"{LAB2}.html").read_text()  # her page, in her language
+    assert '<html lang="zh-CN"' in page and "0 / 20 分" in page and "M042 主问题" in page and " points" not in page
     assert exported["bob"]["timestamp"].startswith((DUE + datetime.timedelta(days=2, hours=3)).strftime("%Y-%m-%d %H"))
     with open(book / "grades.csv", newline="") as fh:
         csv_rows = {r["student"]: r for r in csv.DictReader(fh)}

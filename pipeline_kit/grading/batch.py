@@ -114,6 +114,8 @@ class Row:
         if self.report:
             out.update(questions=self.report.get("questions", {}), checks=self.report["checks"],
                        sandbox=self.report.get("sandbox"), shared_runs=self.report.get("shared_runs", []))
+            if self.report.get("language", "en") != "en":  # (the feedback's: its page is written in it)
+                out["language"] = self.report["language"]
             if self.manual:
                 out["manual"] = self.manual
         return out

@@ -31,7 +31,7 @@ KIT = Path(__file__).resolve().parent.parent
 SOURCES = ("course/**/*.py", "schedules/*.py", "sim/blocking_p2p.py", "layout/spec.py", "grading/verdict.py",
            "grading/tutor.py", "grading/self_grade.py", "grading/parts.py", "grading/rubric_table.py",
            "grading/report.py", "grading/kitfree.py", "grading/wire.py", "grading/kernel.py", "grading/engine.py",
-           "grading/timeline.py", "grading/remote.py")
+           "grading/timeline.py", "grading/remote.py", "grading/gradebook.py")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _SPOKEN = re.compile(r"(?:(?<=\s)|^)[A-Za-z]{2,}(?=\s|$|[,.:;!?])")  # a word between spaces: not a name's part
 _CODE_LIKE = re.compile(r"[_#{}\\/<>=@$]|^\s*$|^\s*-|\w\.\w")  # a name, a colour, markup, a path, a flag: not words
@@ -220,7 +220,7 @@ def update(lang: str, only: set[str] | None = None) -> Tally:
             template.add(msgid, locations=[(str(path.relative_to(KIT.parent)), line)], context=context)
         catalog = _read(target) if target.exists() else Catalog(locale=lang, project="pipeline-kit feedback",
                                                                  fuzzy=False)
-        catalog.update(template, update_header_comment=False)
+        catalog.update(template, update_header_comment=False, update_creation_date=False)
         catalog.obsolete.clear()
         _write(target, catalog)
     return tally(lang)

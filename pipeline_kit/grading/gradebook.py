@@ -26,6 +26,7 @@ from pathlib import Path
 from ..argtypes import UsageError
 from ..inputs import (Field, InputError, array, boolean, check_object, describe, integer, nullable, number, parse_json,
                       read_text, text)
+from ..language import LANGUAGES, speaking, translated
 from ..limits import LimitError
 from . import names
 from .batch import GRADED, MISSING, NOT_GRADED, REFUSED, Row, duration_text
@@ -156,34 +157,44 @@ def hidden_checks(lab: str, sources: Path | None) -> set[str]:
 
 def feedback_page(row: Row, hidden: set[str], course: str = "") -> str:
     """The student's page: points by question, each check's feedback, every field escaped.  It never shows the seed
-    (knowing it, a student could compute the hidden cases of a regrade); grades.csv and grades.json keep it."""
+    (knowing it, a student could compute the hidden cases of a regrade); grades.csv and grades.json keep it.  It is
+    in the language of the student's notebook, as the feedback is (``language`` of the report)."""
+    language = (row.report or {}).get("language") or "en"
+    with speaking(language):
+        return _feedback_page(row, hidden, course, language)
+
+
+def _feedback_page(row: Row, hidden: set[str], course: str, language: str) -> str:
     title = f"{row.lab}: {row.student}"
     if row.status == GRADED and row.report:
         r = row.report
         q = r.get("questions", {})
-        summary = "; ".join(f"{question_label(k)} {v['points']:g} / {v['max_points']:g}" for k, v in q.items())
-        late = (f"<p>Handed in {escape(row.timestamp or '')} UTC, late by {duration_text(row.late_seconds or 0)}: "
-                f"the course's late-submission policy took off {escape(_number(row.penalty))} of "
-                f"{escape(_number(round(row.score + row.penalty, 2)))} points.</p>" if row.penalty else "")
-        body = (f"<h2>{escape(_number(row.score))} / {escape(_number(row.max_score))} points</h2>{late}"
-                f"<p>{escape(summary)}</p>{table_html(r, lambda name: name in hidden)}"
-                f"<p class=\"note\">Graded by the sandboxed grader of pipeline-kit: your answers ran in an isolated "
-                f"kernel and every check ran in the grader's process. A check marked “hidden cases too” was also "
-                f"run on cases you did not see, and its feedback describes what went wrong without showing them.</p>")
+        summary = translated("; ".join(f"{question_label(k)} {v['points']:g} / {v['max_points']:g}"
+                                       for k, v in q.items()))
+        late = (f"<p>{escape(translated(_late_words(row)))}</p>" if row.penalty else "")
+        points = translated(f"{_number(row.score)} / {_number(row.max_score)} points")
+        graded = translated("Graded by the sandboxed grader of pipeline-kit: your answers ran in an isolated kernel "
+                            "and every check ran in the grader's process. A check marked “hidden cases too” was also "
+                            "run on cases you did not see, and its feedback describes what went wrong without "
+                            "showing them.")
+        body = (f"<h2>{escape(points)}</h2>{late}<p>{escape(summary)}</p>{table_html(r, lambda name: name in hidden)}"
+                f"<p class=\"note\">{escape(graded)}</p>")
     elif row.status == NOT_GRADED:
-        body = (f"<h2>Not graded yet</h2><p>The grader's machine failed, not your notebook ({escape(row.error)}); "
-                f"it will be graded again.</p>")
+        failed = translated(f"The grader's machine failed, not your notebook ({row.error}); it will be graded again.")
+        body = f"<h2>{escape(translated('Not graded yet'))}</h2><p>{escape(failed)}</p>"
     elif row.status == MISSING:
-        body = "<h2>No submission</h2><p>Nothing was handed in for this assignment: it counts 0 points.</p>"
+        body = (f"<h2>{escape(translated('No submission'))}</h2>"
+                f"<p>{escape(translated('Nothing was handed in for this assignment: it counts 0 points.'))}</p>")
     else:
-        body = f"<h2>Not graded</h2><p>{escape(row.error)}</p>"
+        body = f"<h2>{escape(translated('Not graded'))}</h2><p>{escape(row.error)}</p>"
     if row.note:
         body += f"<p class=\"note\">{escape(row.note)}</p>"
     style = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#202124}"
              "table{border-collapse:collapse;width:100%}td,th{padding:4px 8px;border-bottom:1px solid #e0e0e0;"
              "vertical-align:top}tr.pk-group th{background:#f1f3f4}.note{color:#5f6368}")
     head = f"<p class=\"note\">{escape(course)}</p>" if course else ""
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"
+    return (f"<!DOCTYPE html>\n<html lang=\"{language.replace('_', '-')}\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title>"
             f"<style>{style}</style></head><body><h1>{escape(title)}</h1>{head}{body}</body></html>\n")
 
 
@@ -201,6 +212,12 @@ def save(folder: Path, rows: list[Row], meta: dict, sources: Path | None = None,
         data = _merged_meta(old_meta, meta, len(rows))
         replace(folder, lambda new: write(new, all_rows, data, sources))
     return all_rows
+
+
+def _late_words(row: Row) -> str:
+    return (f"Handed in {row.timestamp or ''} UTC, late by {duration_text(row.late_seconds or 0)}: the course's "
+            f"late-submission policy took off {_number(row.penalty)} of {_number(round(row.score + row.penalty, 2))} "
+            "points.")
 
 
 def _merged_meta(old: dict, new: dict, count: int) -> dict:
@@ -282,6 +299,7 @@ ROW_FIELDS = {
     "manual": Field(array(_shape(MANUAL_FIELDS), "manual cells"), default=[]),
     "timestamp": Field(nullable(text())), "late_seconds": Field(nullable(number())),
     "penalty": Field(nullable(number())),
+    "language": Field(text(*LANGUAGES), default="en"),
 }
 # what a merge reads of a slice's grades.json besides its rows (other fields are the slice's own record)
 SLICE_FIELDS = {
@@ -320,7 +338,7 @@ def _row(d: dict, where: str) -> Row:
         raise InputError(f"{where}: field 'score': a graded row has a score and a max_score, got null")
     report = None
     if v["checks"] is not None:  # (the report's own totals are its checks'; the row's add the manual cells)
-        report = {k: v[k] for k in ("questions", "checks", "sandbox", "shared_runs", "manual")}
+        report = {k: v[k] for k in ("questions", "checks", "sandbox", "shared_runs", "manual", "language")}
         report.update(score=round(sum(c["points"] for c in v["checks"]), 2),
                       max_score=round(sum(c["max_points"] for c in v["checks"]), 2))
     shown = {k: None if v[k] is None else printable(v[k])

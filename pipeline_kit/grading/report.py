@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..language import translated
+
 
 @dataclass
 class Check:
@@ -107,6 +109,6 @@ class Report:
 
 def question_label(key: str) -> str:
     """``m043_main`` -> ``M043 main``, ``zbv_follow`` -> ``ZBV follow-up``, ``plan_main`` -> ``PLAN main``: a
-    subtotal's name for people."""
+    subtotal's name for people (in the feedback's language: ``M043 主问题``)."""
     question, _, kind = key.partition("_")
-    return f"{question.upper()} {'main' if kind == 'main' else 'follow-up'}"
+    return f"{question.upper()} {translated('main') if kind == 'main' else translated('follow-up')}"
