@@ -303,9 +303,6 @@ def cmd_check_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
-LANG_LOCALES = {"zh": "zh_CN"}  # --lang -> the catalogs' locale
-
-
 def add_make_labs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if labs/ is not what solutions/ makes")
     p.add_argument("--solutions", metavar="DIR", default=None, help="the solution notebooks (default: solutions/)")
@@ -376,7 +373,8 @@ def _update_lab_catalogs(args: argparse.Namespace) -> int:
         n, missing, fuzzy = update(solution, args.lang)
         print(f"{solution.stem:<30} {n:>10} {missing:>12} {fuzzy:>6}")
     from .grading import feedback_catalogs
-    tally = feedback_catalogs.update(LANG_LOCALES[args.lang])
+    from .grading.lab_catalogs import LANGS
+    tally = feedback_catalogs.update(LANGS[args.lang])
     print(f"{'feedback (pipeline_kit/locale)':<30} {tally.messages:>10} {len(tally.untranslated):>12} "
           f"{len(tally.fuzzy):>6}")
     return 0
@@ -385,7 +383,8 @@ def _update_lab_catalogs(args: argparse.Namespace) -> int:
 def _feedback_problems(lang: str) -> list[str]:
     """The checks' feedback catalogs' problems in ``lang`` (untranslated, fuzzy, stale, a field lost), a line each."""
     from .grading import feedback_catalogs
-    return [f"feedback {line}" for line in feedback_catalogs.tally(LANG_LOCALES[lang]).problems()]
+    from .grading.lab_catalogs import LANGS
+    return [f"feedback {line}" for line in feedback_catalogs.tally(LANGS[lang]).problems()]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ def normalized(tag) -> str | None:
     if not isinstance(tag, str):
         return None
     key = tag.split(".")[0].strip().lower()
-    return ALIASES.get(key) or ALIASES.get(key.split("-")[0].split("_")[0] if key.startswith("en") else key)
+    return ALIASES.get(key) or (ENGLISH if re.split(r"[-_]", key)[0] == "en" else None)  # (en-GB, en_AU: English)
 
 
 def current() -> str:
@@ -124,6 +124,8 @@ def fields(template: str) -> list[str]:
 class Template:
     msgid: str
     msgstr: str
+    parts: tuple[tuple[bool, str], ...]   # the msgid's pieces (:func:`pieces`), and the msgstr's
+    said: tuple[tuple[bool, str], ...]
     pattern: re.Pattern
     names: tuple[str, ...]   # each group's field, in order
     anchor: str              # the longest literal piece: a message without it cannot fit
@@ -150,7 +152,8 @@ def _compiled(msgid: str, msgstr: str) -> Template | None:
     kinds = [is_field for is_field, _ in parts]
     between = [parts[i + 1][1] for i in range(len(parts) - 2) if kinds[i] and kinds[i + 2]]
     ambiguous = any(a and b for a, b in zip(kinds, kinds[1:])) or any(not _WORD.search(t) for t in between)
-    return Template(msgid, msgstr, re.compile("".join(regex), re.DOTALL), tuple(names),
+    return Template(msgid, msgstr, tuple(parts), tuple(pieces(msgstr)), re.compile("".join(regex), re.DOTALL),
+                    tuple(names),
                     max(literals, key=len), sum(map(len, literals)), ambiguous)
 
 
@@ -174,14 +177,10 @@ def _messages(lang: str) -> tuple:
     folder = LOCALE / lang / "LC_MESSAGES"
     if lang == ENGLISH or not folder.is_dir():
         return ()
-    from babel.messages.pofile import read_po
+    from .translation import read_catalog
 
-    out = []
-    for path in sorted(folder.glob("*.po")):
-        with path.open("rb") as fh:
-            out += [(path.stem, m) for m in read_po(fh)
-                    if m.id and isinstance(m.id, str) and m.string and not m.fuzzy]
-    return tuple(out)
+    return tuple((path.stem, m) for path in sorted(folder.glob("*.po")) for m in read_catalog(path)
+                 if m.id and isinstance(m.id, str) and m.string and not m.fuzzy)
 
 
 def _rank(name: str, domains: tuple[str, ...]) -> int | None:
@@ -234,13 +233,13 @@ def _fill(template: Template, match: re.Match, lang: str, depth: int, domains: t
     if template.ambiguous:
         found = _best_split(template, match.string, lang, depth, domains) or found
     values = {name: _translated(text, lang, depth + 1, domains) for name, text in found.items()}
-    return "".join(values.get(text, text) if is_field else text for is_field, text in pieces(template.msgstr))
+    return "".join(values.get(text, text) if is_field else text for is_field, text in template.said)
 
 
 MAX_SPLITS = 500  # ways to cut a message between two fields with nothing but a space (or nothing) between them
 
 
-def _splits(parts: list[tuple[bool, str]], message: str):
+def _splits(parts: tuple[tuple[bool, str], ...], message: str):
     """Every way ``message`` fits ``parts``: ``{field: text}``, the shortest first field first."""
     def walk(i: int, pos: int, got: dict):
         if i == len(parts):
@@ -283,7 +282,7 @@ def _best_split(template: Template, message: str, lang: str, depth: int, domains
     """Where two fields meet with no words between them (``"{why} {BOOK}"``), the cut at which most fields hold a
     message of their own: the one the source composed (a lazy match cut ``why`` at its first space)."""
     best, best_score = None, (-1, -1, -1)
-    for n, found in enumerate(_splits(pieces(template.msgid), message)):
+    for n, found in enumerate(_splits(template.parts, message)):
         if n >= MAX_SPLITS:
             break
         score = (sum(len(text) for text in found.values() if _fits(text.strip(), lang, domains)),  # whole messages

@@ -11,6 +11,7 @@ translation joins onto one line is the same span.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 XREF = ("term", "ref", "doc", "numref")  # cross-reference roles: their text may be translated, their target not
 ROLE = re.compile(r"\{([\w:.-]+)\}`([^`]*)`")
@@ -40,3 +41,10 @@ def markup_problems(msgid: str, msgstr: str) -> list[str]:
     """The roles, code, math or link targets of ``msgid`` that ``msgstr`` lost or changed (empty: none)."""
     want, have = _markup(msgid), _markup(msgstr)
     return sorted({m for m in want if want.count(m) > have.count(m)})
+
+
+def read_catalog(path: Path):
+    """The gettext catalog at ``path`` (Babel's ``Catalog``): the book's, the labs' and the kit's are read alike."""
+    from babel.messages.pofile import read_po
+    with path.open("rb") as fh:
+        return read_po(fh)

@@ -102,11 +102,18 @@ def _glue_from_the_page() -> None:
 def _output(node) -> bool:
     """Text a code cell printed (the planner's explanation as Markdown, say): the kit's output, computed at build
     time in English, not a message the catalogs could hold."""
+    return _within(node, {"cell_output"})
+
+
+def _within(node, classes: set[str]) -> bool:
+    """Whether ``node`` or an element around it has one of ``classes``."""
+    return any(classes & set(a.get("classes", ())) for a in _ancestors(node) if isinstance(a, nodes.Element))
+
+
+def _ancestors(node):
     while node is not None:
-        if "cell_output" in node.get("classes", ()):
-            return True
+        yield node
         node = node.parent
-    return False
 
 
 # -- what the code computed, in the page's language ------------------------------------------------------------
@@ -179,14 +186,6 @@ def _markdown_in_the_page_language(render):
     return render_markdown
 
 
-def _computed(node) -> bool:
-    while node is not None:
-        if _COMPUTED & set(node.get("classes", ()) if isinstance(node, nodes.Element) else ()):
-            return True
-        node = node.parent
-    return False
-
-
 def computed_words(app, doctree) -> None:
     """The Chinese edition's computed texts in Chinese (see above)."""
     page = _page_domains(doctree)
@@ -200,27 +199,22 @@ def computed_words(app, doctree) -> None:
         return translated(text, language, domains=domains) if any(c.isascii() and c.isalpha() for c in text) \
             else text
     for node in list(doctree.findall(nodes.raw)):
-        if node.get("format") == "html" and _computed(node):
+        if node.get("format") == "html" and _within(node, _COMPUTED):
             parser = _HTMLWords(translate)
             parser.feed(node.astext())
             parser.close()
             text = "".join(parser.out)
-            if text != node.astext():
-                node.replace(node.children[0], nodes.Text(text)) if node.children else None
+            if text != node.astext() and node.children:
+                node.replace(node.children[0], nodes.Text(text))
     for text in list(doctree.findall(nodes.Text)):
         parent = text.parent
-        if parent is None or not _computed(parent) or any(isinstance(a, _VERBATIM) for a in _ancestors(parent)):
+        if parent is None or not _within(parent, _COMPUTED) or \
+                any(isinstance(a, _VERBATIM) for a in _ancestors(parent)):
             continue
         core = text.astext().strip()
         done = translate(core) if core else core
         if done != core:
             parent.replace(text, nodes.Text(text.astext().replace(core, done, 1)))
-
-
-def _ancestors(node):
-    while node is not None:
-        yield node
-        node = node.parent
 
 
 def toctree_captions(app, doctree) -> None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import ast
 import io
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..interrupts import write_file_atomically
-from ..translation import markup_problems
+from ..translation import markup_problems, read_catalog
 from ..language import LOCALE, fields, pieces
 
 KIT = Path(__file__).resolve().parent.parent
@@ -165,12 +166,6 @@ def templates(path: Path) -> list[tuple[str, int, str | None]]:
     return [(text, at[0], context) for (text, context), at in sorted(out.items(), key=lambda item: item[1])]
 
 
-def _read(path: Path):
-    from babel.messages.pofile import read_po
-    with path.open("rb") as fh:
-        return read_po(fh)
-
-
 def _write(path: Path, catalog) -> None:
     from babel.messages.pofile import write_po
     buffer = io.BytesIO()
@@ -218,7 +213,7 @@ def update(lang: str, only: set[str] | None = None) -> Tally:
         template = Catalog(project="pipeline-kit feedback", fuzzy=False)
         for msgid, line, context in found:
             template.add(msgid, locations=[(str(path.relative_to(KIT.parent)), line)], context=context)
-        catalog = _read(target) if target.exists() else Catalog(locale=lang, project="pipeline-kit feedback",
+        catalog = read_catalog(target) if target.exists() else Catalog(locale=lang, project="pipeline-kit feedback",
                                                                  fuzzy=False)
         catalog.update(template, update_header_comment=False, update_creation_date=False)
         catalog.obsolete.clear()
@@ -238,9 +233,9 @@ def tally(lang: str) -> Tally:
             out.stale.append(f"{name}: no catalog (make-labs --lang {lang.split('_')[0]} --update)")
             out.messages += len(wanted)
             continue
-        catalog = _read(target)
+        catalog = read_catalog(target)
         have = [(m.id, m.context) for m in catalog if m.id]
-        if sorted(have) != sorted(wanted):
+        if Counter(have) != Counter(wanted):  # (not sorted: a context is None or "counted", which do not compare)
             out.stale.append(f"{name}: its messages are not the source's (make-labs --lang "
                              f"{lang.split('_')[0]} --update)")
         for message in catalog:

@@ -16,7 +16,7 @@ import io
 import re
 from pathlib import Path
 
-from ..translation import markup_problems
+from ..translation import markup_problems, read_catalog
 
 LANGS = {"zh": "zh_CN"}  # --lang -> the catalog's locale
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -52,12 +52,6 @@ def catalog_path(solution: Path, lang: str) -> Path:
     return solution.parent / "locale" / LANGS[lang] / "LC_MESSAGES" / f"{solution.stem}.po"
 
 
-def _read(path: Path):
-    from babel.messages.pofile import read_po
-    with path.open("rb") as fh:
-        return read_po(fh)
-
-
 def update(solution: Path, lang: str) -> tuple[int, int, int]:
     """Merge the solution's current paragraphs into its catalog (new ones untranslated, changed ones fuzzy with the
     old translation kept as a start); returns (messages, untranslated, fuzzy)."""
@@ -69,7 +63,7 @@ def update(solution: Path, lang: str) -> tuple[int, int, int]:
         template.add(text)
     path = catalog_path(solution, lang)
     if path.exists():
-        catalog = _read(path)
+        catalog = read_catalog(path)
         created = catalog.creation_date
         catalog.update(template, no_fuzzy_matching=False)
         catalog.obsolete.clear()
@@ -91,7 +85,7 @@ def counts(solution: Path, lang: str) -> tuple[int, int, int]:
     """(messages, untranslated, fuzzy) of the solution's paragraphs against its catalog."""
     import nbformat
     path = catalog_path(solution, lang)
-    have = {m.id: m for m in _read(path) if m.id} if path.exists() else {}
+    have = {m.id: m for m in read_catalog(path) if m.id} if path.exists() else {}
     return _tally(messages(nbformat.read(str(solution), as_version=4)), have)
 
 
@@ -111,7 +105,7 @@ def translated(nb, solution: Path, lang: str, problem) -> None:
     path = catalog_path(solution, lang)
     if not path.exists():
         raise problem(f"{solution.name}: no catalog {path} (make-labs --lang {lang} --update makes it)")
-    have = {m.id: m for m in _read(path) if m.id}
+    have = {m.id: m for m in read_catalog(path) if m.id}
     n, missing, fuzzy = _tally(messages(nb), have)
     if missing or fuzzy:
         raise problem(f"{solution.name}: {missing} paragraph(s) untranslated and {fuzzy} fuzzy of {n} in {path}; "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -49,6 +50,21 @@ def face_index(path: Path) -> int:
 FIGURE_FAMILY = "Noto Sans CJK SC (pipeline-kit figures)"
 
 
+@functools.lru_cache(maxsize=1)
+def _cache_folder() -> Path:
+    """This user's folder of cut fonts under the temporary folder, kept between builds -- or, where that name is
+    taken by a link or by someone else's folder (a shared /tmp), a private one of this process's."""
+    folder = Path(tempfile.gettempdir()) / f"pipeline-kit-fonts-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not stat.S_IMODE(st.st_mode) & 0o022:
+        return folder
+    return Path(tempfile.mkdtemp(prefix="pipeline-kit-fonts-"))
+
+
 @functools.lru_cache(maxsize=8)
 def matplotlib_family(chars: str) -> str | None:
     """A font family matplotlib can draw ``chars`` with (cut and registered once per set of characters: a family
@@ -62,9 +78,8 @@ def matplotlib_family(chars: str) -> str | None:
 
     wanted = "".join(sorted(set(chars) | set("，。、；：？！（）—…·")))
     key = hashlib.sha256(f"{found['Regular']}|{wanted}".encode()).hexdigest()[:16]
-    target = Path(tempfile.gettempdir()) / f"pipeline-kit-fonts-{os.getuid()}" / f"NotoSansCJKsc-{key}.otf"
+    target = _cache_folder() / f"NotoSansCJKsc-{key}.otf"
     if not target.is_file():
-        target.parent.mkdir(mode=0o700, exist_ok=True)
         opts = subset.Options()
         opts.font_number = face_index(found["Regular"])
         opts.name_IDs = ["*"]

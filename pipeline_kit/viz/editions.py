@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import re
 from contextlib import contextmanager
+from functools import lru_cache
 from html import escape
 
 import matplotlib as mpl
@@ -28,7 +29,6 @@ from ..language import book_domains, catalog, english_words, translated
 from .cjk_font import matplotlib_family
 from .figure import FigureTuple, KitAxes, png_bytes
 
-EDITIONS = ("en", "zh_CN")
 _HAN = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 _CLOSING = re.compile(r"[，。、；：？！）」』”》]")
 _TOKEN = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]|[^\s\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]+|\s+")
@@ -40,6 +40,7 @@ def _texts(fig: Figure) -> list[Text]:
     return [t for t in fig.findobj(Text) if t.get_text().strip()]
 
 
+@lru_cache(maxsize=None)
 def _chinese_characters(page: str | None) -> str:
     return "".join(sorted({c for t in catalog("zh_CN", book_domains(page)) for c in t.msgstr if _HAN.match(c)}))
 
@@ -98,6 +99,7 @@ def drawn_in(fig: Figure, lang: str, page: str | None = None):
     formatters = [(axis, axis.get_major_formatter()) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
                   if isinstance(axis.get_major_formatter(), (FuncFormatter, FixedFormatter))]  # (named ticks)
     left: list[str] = []
+    family = None  # (set before the try: the finally reads it whatever fails)
     try:
         family = matplotlib_family(_chinese_characters(page)) if lang != "en" else None
         for text, words, fonts in before:
