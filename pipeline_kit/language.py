@@ -32,6 +32,10 @@ LANGUAGES = ("en", "zh_CN")                  # what a notebook's metadata may na
 ALIASES = {"zh": "zh_CN", "zh-cn": "zh_CN", "zh_cn": "zh_CN", "zh-hans": "zh_CN", "en": "en", "en_us": "en"}
 LOCALE = Path(__file__).resolve().parent / "locale"   # pipeline_kit/locale/<lang>/LC_MESSAGES/*.po
 MAX_DEPTH = 4                                # a field holding a message holding a message...: how deep to translate
+# a longer message is shown as it is: the kit's own are far shorter (a check's feedback is cut at 300 characters a
+# part), and matching one costs time that grows faster than its length -- a student's exception text of 100,000
+# characters would hold a grade for minutes
+MAX_MESSAGE = 2000
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("pipeline_kit_language", default=None)
 # the language outside any :func:`speaking` block: the tutor's kernel sets it once for its notebook (IPython runs
@@ -405,7 +409,9 @@ def translated(message: str, lang: str | None = None, depth: int = 0, domains: t
     catalogs it fits, its fields filled with what they matched; a message of several (``"a; b"``) part by part;
     else the message as it is."""
     lang = current() if lang is None else (normalized(lang) or ENGLISH)
-    return _translated(message, lang, depth, domains) if lang != ENGLISH and isinstance(message, str) else message
+    if lang == ENGLISH or not isinstance(message, str) or len(message) > MAX_MESSAGE:
+        return message
+    return _translated(message, lang, depth, domains)
 
 
 @lru_cache(maxsize=65536)

@@ -101,6 +101,13 @@ def test_a_counted_noun_carries_its_measure_word_and_a_cut_never_falls_inside_a_
     assert translated("f('a: b'): x", "zh") == "f('a: b'): x"  # (nothing translated: the punctuation is kept)
 
 
+def test_a_message_too_long_to_be_the_kit_s_is_shown_as_it_is(catalog):
+    """A student's exception text of any length costs the grade no time: past MAX_MESSAGE it is not matched."""
+    long = "schedule order; " * (language.MAX_MESSAGE // 16 + 1)
+    assert len(long) > language.MAX_MESSAGE and translated(long, "zh") == long
+    assert translated("schedule order; schedule order", "zh") == "调度顺序；调度顺序"
+
+
 def test_a_conditional_plural_may_be_dropped_but_no_value(catalog):
     assert translated("2 points possible", "zh") == "满分 2 分"
     assert feedback_catalogs.field_problems("{a} and {b}", "{a}") == ["loses {b}"]
